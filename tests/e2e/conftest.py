@@ -1,0 +1,162 @@
+"""Shared fixtures for tandem's end-to-end tests.
+
+Everything here is real: the pinned llama-server from the cache, real GGUF
+models fetched by scripts/fetch-models.sh, and the tandem binary under test.
+`make test` installs all of them first, so a missing piece is a failure with
+instructions, never a silent skip.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def read_pins():
+    pins = {}
+    for line in (ROOT / "scripts" / "pins.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            pins[key] = value
+    return pins
+
+
+PINS = read_pins()
+
+
+def cache_root():
+    if os.environ.get("TANDEM_CACHE"):
+        return Path(os.environ["TANDEM_CACHE"])
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "tandem"
+
+
+def require(path, how):
+    if not path.exists():
+        pytest.fail(f"{path} is missing: {how}")
+    return path
+
+
+ENGINE = cache_root() / "engine" / f"b{PINS['ENGINE_BUILD']}" / "bin" / "llama-server"
+MODELS = cache_root() / "models"
+
+
+@pytest.fixture(scope="session")
+def engine_path():
+    return require(ENGINE, "run `make deps` (scripts/build-engine.sh)")
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    return require(MODELS / PINS["SMOLLM2_GGUF"], "run scripts/fetch-models.sh")
+
+
+@pytest.fixture(scope="session")
+def gemma3_path():
+    return require(MODELS / PINS["GEMMA3_GGUF"], "run scripts/fetch-models.sh")
+
+
+@pytest.fixture(scope="session")
+def tandem_bin():
+    path = Path(os.environ.get("TANDEM_BIN", ROOT / "build" / "tandem"))
+    return require(path, "run `make`")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method, url, body=None, timeout=30):
+    """Returns (status, parsed JSON or text) for one request; never raises on HTTP errors."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, raw = r.status, r.read()
+    except urllib.error.HTTPError as e:
+        status, raw = e.code, e.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+class LlamaServer:
+    """One real llama-server child on a free loopback port, started from an argv
+    list (no shell), with its log captured to a file."""
+
+    def __init__(self, engine, model, log_path, extra_args=()):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.argv = [str(engine), "-m", str(model), "--host", "127.0.0.1",
+                     "--port", str(self.port), "-c", "1024", "-ngl", "0", "-fit", "off",
+                     "-lv", "4", "--no-log-timestamps", "--no-log-prefix", *extra_args]
+        self.proc = None
+
+    def start(self, timeout=120):
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
+                                     stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"llama-server exited with {self.proc.returncode} "
+                                     f"while loading:\n{self.log_tail()}")
+            try:
+                status, _ = http("GET", self.url + "/health", timeout=1)
+                if status == 200:
+                    return self
+            except OSError:
+                pass  # not listening yet
+            time.sleep(0.05)
+        self.kill()
+        raise AssertionError(f"llama-server not healthy after {timeout}s:\n{self.log_tail()}")
+
+    def stop(self, grace=15):
+        """SIGTERM, then SIGKILL after grace seconds; returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"llama-server ignored SIGTERM for {grace}s")
+        finally:
+            self._log.close()
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def log_text(self):
+        if not self._log.closed:
+            self._log.flush()
+        return Path(self.log_path).read_text(errors="replace")
+
+    def log_tail(self, n=30):
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+
+@pytest.fixture(scope="module")
+def smollm2_server(engine_path, smollm2_path, tmp_path_factory):
+    server = LlamaServer(engine_path, smollm2_path,
+                         tmp_path_factory.mktemp("engine") / "llama-server.log")
+    server.start()
+    yield server
+    server.kill()

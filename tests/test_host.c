@@ -1,0 +1,33 @@
+/* Unit tests for host: strict /proc/meminfo parsing. */
+#include <criterion/criterion.h>
+
+#include "host.h"
+
+Test(host, parses_meminfo) {
+    const char *text = "MemTotal:       24576000 kB\n"
+                       "MemFree:        20000000 kB\n"
+                       "MemAvailable:   22071236 kB\n";
+    struct host_memory m;
+    cr_assert_eq(host_memory_parse(text, &m), TANDEM_OK);
+    cr_expect_eq(m.total_bytes, 24576000ULL * 1024);
+    cr_expect_eq(m.available_bytes, 22071236ULL * 1024);
+}
+
+Test(host, rejects_missing_malformed_and_overflowing_fields) {
+    struct host_memory m = {1, 2};
+    cr_expect_eq(host_memory_parse("MemTotal: 10 kB\n", &m), TANDEM_ERR_FORMAT);
+    cr_expect_eq(host_memory_parse("MemTotal: x kB\nMemAvailable: 1 kB\n", &m), TANDEM_ERR_FORMAT);
+    cr_expect_eq(host_memory_parse("MemTotal: 10 MB\nMemAvailable: 1 kB\n", &m), TANDEM_ERR_FORMAT);
+    cr_expect_eq(host_memory_parse("XMemTotal: 10 kB\nMemAvailable: 1 kB\n", &m), TANDEM_ERR_FORMAT);
+    cr_expect_eq(host_memory_parse("MemTotal: 99999999999999999999 kB\nMemAvailable: 1 kB\n", &m),
+                 TANDEM_ERR_RANGE);
+    cr_expect_eq(host_memory_parse("", &m), TANDEM_ERR_FORMAT);
+    cr_expect_eq(m.total_bytes, 1, "output untouched on failure");
+}
+
+Test(host, reads_this_machine) {
+    struct host_memory m;
+    cr_assert_eq(host_memory_read(&m), TANDEM_OK);
+    cr_expect_gt(m.total_bytes, 0);
+    cr_expect_leq(m.available_bytes, m.total_bytes);
+}
