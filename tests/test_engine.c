@@ -2,6 +2,7 @@
  * route scan, and `--version` queries against real child processes (small
  * shell scripts stand in for engines too old or too broken to obtain). */
 #include <criterion/criterion.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,15 @@ static void make_dir(void) {
     cr_assert_not_null(mkdtemp(dir));
     unsetenv("TANDEM_LLAMA_SERVER");
     setenv("TANDEM_CACHE", dir, 1);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void remove_dir(void) {
+    nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Writes len bytes of body to an executable file dir/name; returns its path
@@ -78,7 +88,7 @@ Test(engine, verdicts) {
     cr_expect_eq(engine_verdict_of(&v, false), ENGINE_VERDICT_NO_ROUTE);
 }
 
-Test(engine, locate_prefers_flag_then_env_then_cache, .init = make_dir) {
+Test(engine, locate_prefers_flag_then_env_then_cache, .init = make_dir, .fini = remove_dir) {
     char out[256];
     enum engine_source src;
     const char *flag = write_exec("flag-server", "#!/bin/sh\n");
@@ -100,7 +110,7 @@ Test(engine, locate_prefers_flag_then_env_then_cache, .init = make_dir) {
     cr_expect_str_eq(out, want, "the missing path is still named");
 }
 
-Test(engine, locate_refuses_non_executables, .init = make_dir) {
+Test(engine, locate_refuses_non_executables, .init = make_dir, .fini = remove_dir) {
     char out[256], path[128];
     enum engine_source src;
     snprintf(path, sizeof path, "%s/plain", dir);
@@ -110,7 +120,7 @@ Test(engine, locate_refuses_non_executables, .init = make_dir) {
     cr_expect_eq(engine_locate(dir, 11434, out, sizeof out, &src), TANDEM_ERR_NOTFOUND, "a directory");
 }
 
-Test(engine, route_scan_finds_the_route_string, .init = make_dir) {
+Test(engine, route_scan_finds_the_route_string, .init = make_dir, .fini = remove_dir) {
     bool found = true;
     cr_assert_eq(engine_route_scan(write_bytes("with", "xx\0/v1/systemone\0yy", 19), &found), TANDEM_OK);
     cr_expect(found);
@@ -121,7 +131,7 @@ Test(engine, route_scan_finds_the_route_string, .init = make_dir) {
     cr_expect_eq(engine_route_scan("/nonexistent/llama-server", &found), TANDEM_ERR_IO);
 }
 
-Test(engine, query_reads_version_from_stderr, .init = make_dir) {
+Test(engine, query_reads_version_from_stderr, .init = make_dir, .fini = remove_dir) {
     const char *p = write_exec("ok", "#!/bin/sh\n"
                                      "echo 'version: 0.6.0-dev (build 11434, commit abc)' >&2\n");
     struct engine_version v;
@@ -131,7 +141,7 @@ Test(engine, query_reads_version_from_stderr, .init = make_dir) {
     cr_expect_str_eq(v.commit, "abc");
 }
 
-Test(engine, query_reports_exit_status_timeout_and_spawn_failure, .init = make_dir) {
+Test(engine, query_reports_exit_status_timeout_and_spawn_failure, .init = make_dir, .fini = remove_dir) {
     struct engine_version v;
     char err[256];
     cr_expect_eq(engine_version_query(write_exec("fails", "#!/bin/sh\nexit 3\n"), 5000, &v, err,
@@ -150,7 +160,7 @@ Test(engine, query_reports_exit_status_timeout_and_spawn_failure, .init = make_d
     cr_expect(strstr(err, "cannot run"), "%s", err);
 }
 
-Test(engine, identify_rejects_old_builds_with_a_clear_message, .init = make_dir) {
+Test(engine, identify_rejects_old_builds_with_a_clear_message, .init = make_dir, .fini = remove_dir) {
     const char *p = write_exec("old", "#!/bin/sh\necho 'version: 0.3.0 (build 9000, commit abc)' >&2\n");
     struct engine_identity id;
     cr_expect_eq(engine_identify(p, 11434, &id), TANDEM_ERR_ENGINE);
