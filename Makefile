@@ -13,8 +13,11 @@ PYTHON  ?= python3
 
 BUILD   := build
 CFLAGS_COMMON := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP -Isrc -I$(BUILD)/gen
-LDLIBS  := -ldl
+# Library flags are expanded only inside recipes, after `make deps` had its chance.
+LIB_CFLAGS = $(call pkg,jansson,libjansson-dev,--cflags) $(call pkg,libcrypto,libssl-dev,--cflags)
+LDLIBS     = $(call pkg,jansson,libjansson-dev,--libs) $(call pkg,libcrypto,libssl-dev,--libs) -ldl
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 SRC      := $(wildcard src/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -23,9 +26,9 @@ PYTEST   := $(VENV)/bin/python -m pytest
 
 # pkg-config lookups that name the Debian package when a library is missing.
 # $(call pkg,NAME,DEBIAN-PACKAGE,--cflags|--libs)
-pkg = $(or $(shell pkg-config $(3) $(1) 2>/dev/null),$(error $(1) not found by pkg-config: install the Debian package $(2) (or run `make deps`)))
+pkg = $(if $(shell pkg-config --exists $(1) && echo yes),$(shell pkg-config $(3) $(1)),$(error $(1) not found by pkg-config: install the Debian package $(2) (or run `make deps`)))
 
-.PHONY: all test unit e2e asan deps venv run bench clean help
+.PHONY: all test unit e2e asan fuzz deps venv run bench clean help
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/tandem
@@ -35,6 +38,7 @@ help:
 	@echo "make test       install what is missing, build, run unit + end-to-end tests"
 	@echo "make run        install, build, run the main job (today: the engine smoke test)"
 	@echo "make asan       unit tests under AddressSanitizer + UBSan"
+	@echo "make fuzz       fuzz the GGUF reader for FUZZ_SECONDS (default 60) with libFuzzer + ASan"
 	@echo "make deps       system packages, pinned engine (CUDA=1 for a CUDA build), test models, venv"
 	@echo "make bench      benchmarks; tables land in docs/"
 	@echo "make clean      remove build/ (the cache in ~/.cache/tandem stays)"
@@ -48,15 +52,15 @@ $(BUILD)/gen/version.h: scripts/pins.env
 	  '#define TANDEM_ENGINE_COMMIT "$(ENGINE_COMMIT)"' > $@.tmp && mv $@.tmp $@
 
 # --- objects, binaries and the unit runner, for one flavour ------------------
-# $(call flavour,DIR,EXTRA-CFLAGS)
+# $(call flavour,DIR,EXTRA-CFLAGS[,COMPILER])
 define flavour
 $(1)/obj/%.o: src/%.c $(BUILD)/gen/version.h
 	@mkdir -p $$(@D)
-	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) -c -o $$@ $$<
+	$(or $(3),$$(CC)) $$(CFLAGS_COMMON) $$(OPT) $(2) $$(LIB_CFLAGS) -c -o $$@ $$<
 
 $(1)/tests/%.o: tests/%.c $(BUILD)/gen/version.h
 	@mkdir -p $$(@D)
-	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$(call pkg,criterion,libcriterion-dev,--cflags) -c -o $$@ $$<
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$(LIB_CFLAGS) $$(call pkg,criterion,libcriterion-dev,--cflags) -c -o $$@ $$<
 
 $(1)/tandem: $(SRC:src/%.c=$(1)/obj/%.o)
 	$$(CC) $(2) -o $$@ $$^ $$(LDLIBS)
@@ -67,6 +71,21 @@ endef
 
 $(eval $(call flavour,$(BUILD),))
 $(eval $(call flavour,$(BUILD)/asan,$(ASAN_FLAGS)))
+$(eval $(call flavour,$(BUILD)/fuzz,$(FUZZ_FLAGS),clang))
+
+# --- fuzzing: libFuzzer + ASan + UBSan on the GGUF reader -------------------------
+FUZZ_SECONDS ?= 60
+FUZZ_LIB_OBJ = $(filter-out $(BUILD)/fuzz/obj/main.o $(BUILD)/fuzz/obj/cmd_%.o,$(SRC:src/%.c=$(BUILD)/fuzz/obj/%.o))
+
+$(BUILD)/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c $(FUZZ_LIB_OBJ)
+	clang $(CFLAGS_COMMON) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(LIB_CFLAGS) -o $@ $^ $(LDLIBS)
+
+fuzz: $(BUILD)/fuzz/fuzz_gguf venv
+	@$(VENV)/bin/python tests/fuzz/make_seeds.py $(BUILD)/fuzz/seeds
+	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/crashes
+	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=262144 -timeout=10 \
+	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/ \
+	  $(BUILD)/fuzz/corpus $(BUILD)/fuzz/seeds
 
 # --- dependencies: packages, engine, models, Python -------------------------
 deps:
@@ -104,6 +123,7 @@ run: deps all
 
 bench: deps all
 	$(VENV)/bin/python bench/engine_start.py --out docs/bench-engine-start.md
+	$(VENV)/bin/python bench/inspect_large.py --tandem $(BUILD)/tandem --out docs/bench-inspect-large.md
 
 clean:
 	rm -rf $(BUILD)

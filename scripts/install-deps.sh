@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential pkg-config git ca-certificates
   cmake                                # builds the engine (llama.cpp)
-  libevent-dev libjansson-dev libfyaml-dev
+  libevent-dev libjansson-dev libfyaml-dev libssl-dev
   libcriterion-dev                     # C unit tests
   clang libfuzzer-14-dev libclang-rt-14-dev   # fuzzing (make fuzz) and sanitizers
   python3 python3-venv python3-pip     # end-to-end tests run under pytest in a venv

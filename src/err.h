@@ -22,7 +22,8 @@
     X(TIMEOUT, "timed out")                                          \
     X(SPAWN, "could not start a child process")                      \
     X(CHILD, "child process failed")                                 \
-    X(ENGINE, "engine is unusable")
+    X(ENGINE, "engine is unusable")                                  \
+    X(TYPE, "wrong type")
 
 typedef enum {
 #define TANDEM_ERR_ENUM(name, msg) TANDEM_ERR_##name,

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "cmd_doctor.h"
+#include "cmd_gguf.h"
+#include "cmd_inspect.h"
 #include "engine.h"
 #include "version.h"
 
@@ -19,6 +21,8 @@ struct command {
 
 static const struct command commands[] = {
     {"doctor", "check the engine, model cache, RAM and GPU", cmd_doctor_main},
+    {"inspect", "show what a GGUF model file holds", cmd_inspect_main},
+    {"gguf", "edit (set, rm) or dump GGUF metadata", cmd_gguf_main},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

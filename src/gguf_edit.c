@@ -1,0 +1,525 @@
+/* gguf_edit.c: the GGUF writer behind `tandem gguf set` and `tandem gguf rm`.
+ *
+ * A change is a key plus either a removal mark or its new value, already
+ * encoded as GGUF bytes (u32 type, then the value). Writing never re-encodes
+ * untouched source values: their raw bytes are copied from the mapping, so a
+ * key/value that was not edited reads back bit-identical. Tensor data is
+ * streamed from the source mapping in index order, each tensor placed at the
+ * next multiple of the output's alignment. */
+#include "gguf_edit.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mem.h"
+
+#define VALUE_MAX ((size_t)1 << 30) /* largest value one spec may produce */
+#define DEFAULT_ALIGNMENT 32
+#define WRITE_BUFFER ((size_t)1 << 20)
+
+struct change {
+    char *key;
+    int remove;
+    struct mem_buf value; /* u32 type + encoded value; empty when remove */
+};
+
+struct gguf_edit {
+    const struct gguf *src;
+    struct change *changes;
+    size_t n, cap;
+};
+
+tandem_err gguf_edit_new(const struct gguf *src, struct gguf_edit **out) {
+    *out = mem_calloc(1, sizeof **out);
+    if (!*out)
+        return TANDEM_ERR_NOMEM;
+    (*out)->src = src;
+    return TANDEM_OK;
+}
+
+void gguf_edit_free(struct gguf_edit *edit) {
+    if (!edit)
+        return;
+    for (size_t i = 0; i < edit->n; i++) {
+        mem_free(edit->changes[i].key);
+        mem_buf_deinit(&edit->changes[i].value);
+    }
+    mem_free(edit->changes);
+    mem_free(edit);
+}
+
+static struct change *find_change(const struct gguf_edit *edit, const char *key, size_t klen) {
+    for (size_t i = 0; i < edit->n; i++)
+        if (strlen(edit->changes[i].key) == klen && !memcmp(edit->changes[i].key, key, klen))
+            return &edit->changes[i];
+    return NULL;
+}
+
+/* Returns the change for key, creating an empty one (value reset) if needed. */
+static struct change *fresh_change(struct gguf_edit *edit, const char *key) {
+    struct change *c = find_change(edit, key, strlen(key));
+    if (c) {
+        mem_buf_deinit(&c->value);
+    } else {
+        if (edit->n == edit->cap) {
+            size_t cap = edit->cap ? edit->cap * 2 : 8;
+            struct change *grown = mem_realloc(edit->changes, cap * sizeof *grown);
+            if (!grown)
+                return NULL;
+            edit->changes = grown;
+            edit->cap = cap;
+        }
+        char *k = mem_strdup(key);
+        if (!k)
+            return NULL;
+        c = &edit->changes[edit->n++];
+        c->key = k;
+    }
+    c->remove = 0;
+    mem_buf_init(&c->value, VALUE_MAX);
+    return c;
+}
+
+/* --- encoding --------------------------------------------------------------- */
+
+static tandem_err put(struct mem_buf *b, const void *p, size_t n) {
+    return mem_buf_append(b, p, n);
+}
+
+static tandem_err put_u32(struct mem_buf *b, uint32_t v) { return put(b, &v, sizeof v); }
+static tandem_err put_u64(struct mem_buf *b, uint64_t v) { return put(b, &v, sizeof v); }
+
+static tandem_err put_str(struct mem_buf *b, const char *s, size_t n) {
+    tandem_err e = put_u64(b, n);
+    return e == TANDEM_OK ? put(b, s, n) : e;
+}
+
+struct type_name {
+    const char *name;
+    enum gguf_type type;
+};
+
+static const struct type_name type_names[] = {
+    {"u8", GGUF_TYPE_UINT8},   {"i8", GGUF_TYPE_INT8},     {"u16", GGUF_TYPE_UINT16},
+    {"i16", GGUF_TYPE_INT16},  {"u32", GGUF_TYPE_UINT32},  {"i32", GGUF_TYPE_INT32},
+    {"u64", GGUF_TYPE_UINT64}, {"i64", GGUF_TYPE_INT64},   {"f32", GGUF_TYPE_FLOAT32},
+    {"f64", GGUF_TYPE_FLOAT64}, {"bool", GGUF_TYPE_BOOL},  {"str", GGUF_TYPE_STRING},
+};
+
+static int type_from_name(const char *name, size_t len, enum gguf_type *out) {
+    for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++)
+        if (strlen(type_names[i].name) == len && !strncmp(type_names[i].name, name, len)) {
+            *out = type_names[i].type;
+            return 1;
+        }
+    return 0;
+}
+
+static size_t int_width(enum gguf_type t) {
+    switch (t) {
+    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: return 1;
+    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
+    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: return 4;
+    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: return 8;
+    default: return 0;
+    }
+}
+
+static int is_signed(enum gguf_type t) {
+    return t == GGUF_TYPE_INT8 || t == GGUF_TYPE_INT16 || t == GGUF_TYPE_INT32 ||
+           t == GGUF_TYPE_INT64;
+}
+
+/* Encodes an integer of type t (little-endian, as this host is), range-checked. */
+static tandem_err put_int(struct mem_buf *b, enum gguf_type t, int negative, uint64_t mag,
+                          char *err, size_t errlen) {
+    size_t w = int_width(t);
+    uint64_t umax = w == 8 ? UINT64_MAX : (UINT64_C(1) << (8 * w)) - 1;
+    uint64_t pos_max = is_signed(t) ? umax >> 1 : umax, neg_max = is_signed(t) ? (umax >> 1) + 1 : 0;
+    if ((negative && mag > neg_max) || (!negative && mag > pos_max)) {
+        tandem_errmsg(err, errlen, "%s%llu does not fit in %s", negative ? "-" : "",
+                      (unsigned long long)mag, gguf_type_name(t));
+        return TANDEM_ERR_INVAL;
+    }
+    uint64_t bits = negative ? (uint64_t)0 - mag : mag;
+    return put(b, &bits, w); /* the low w bytes on a little-endian host */
+}
+
+static tandem_err parse_int_text(const char *text, int *negative, uint64_t *mag) {
+    const char *p = text;
+    *negative = *p == '-';
+    if (*p == '-' || *p == '+')
+        p++;
+    if (*p < '0' || *p > '9')
+        return TANDEM_ERR_INVAL;
+    char *end;
+    errno = 0;
+    *mag = strtoull(p, &end, 10);
+    return errno || *end ? TANDEM_ERR_INVAL : TANDEM_OK;
+}
+
+static tandem_err put_float(struct mem_buf *b, enum gguf_type t, double v) {
+    if (t == GGUF_TYPE_FLOAT32) {
+        float f = (float)v;
+        return put(b, &f, sizeof f);
+    }
+    return put(b, &v, sizeof v);
+}
+
+/* Encodes the scalar text for type t (not ARRAY). */
+static tandem_err put_scalar_text(struct mem_buf *b, enum gguf_type t, const char *text, char *err,
+                                  size_t errlen) {
+    if (t == GGUF_TYPE_STRING)
+        return put_str(b, text, strlen(text));
+    if (t == GGUF_TYPE_BOOL) {
+        int v = !strcmp(text, "true") || !strcmp(text, "1");
+        if (!v && strcmp(text, "false") && strcmp(text, "0")) {
+            tandem_errmsg(err, errlen, "expected true or false, got \"%s\"", text);
+            return TANDEM_ERR_INVAL;
+        }
+        uint8_t byte = (uint8_t)v;
+        return put(b, &byte, 1);
+    }
+    if (t == GGUF_TYPE_FLOAT32 || t == GGUF_TYPE_FLOAT64) {
+        char *end;
+        double v = strtod(text, &end);
+        if (!*text || *end) {
+            tandem_errmsg(err, errlen, "expected a number, got \"%s\"", text);
+            return TANDEM_ERR_INVAL;
+        }
+        return put_float(b, t, v);
+    }
+    int negative;
+    uint64_t mag;
+    if (parse_int_text(text, &negative, &mag) != TANDEM_OK) {
+        tandem_errmsg(err, errlen, "expected an integer, got \"%s\"", text);
+        return TANDEM_ERR_INVAL;
+    }
+    return put_int(b, t, negative, mag, err, errlen);
+}
+
+/* Encodes one JSON array element as type t. */
+static tandem_err put_json(struct mem_buf *b, enum gguf_type t, const json_t *v, size_t i,
+                           char *err, size_t errlen) {
+    if (t == GGUF_TYPE_STRING && json_is_string(v))
+        return put_str(b, json_string_value(v), json_string_length(v));
+    if (t == GGUF_TYPE_BOOL && json_is_boolean(v)) {
+        uint8_t byte = json_is_true(v);
+        return put(b, &byte, 1);
+    }
+    if ((t == GGUF_TYPE_FLOAT32 || t == GGUF_TYPE_FLOAT64) && json_is_number(v))
+        return put_float(b, t, json_number_value(v));
+    if (int_width(t) && json_is_integer(v)) {
+        json_int_t n = json_integer_value(v);
+        return put_int(b, t, n < 0, n < 0 ? (uint64_t)0 - (uint64_t)n : (uint64_t)n, err, errlen);
+    }
+    tandem_errmsg(err, errlen, "array element %zu is not a %s", i, gguf_type_name(t));
+    return TANDEM_ERR_INVAL;
+}
+
+static tandem_err put_array_json(struct mem_buf *b, enum gguf_type elem, const char *text,
+                                 char *err, size_t errlen) {
+    json_error_t jerr;
+    json_t *arr = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    if (!arr || !json_is_array(arr)) {
+        tandem_errmsg(err, errlen, "expected a JSON array%s%s", arr ? "" : ": ", arr ? "" : jerr.text);
+        json_decref(arr);
+        return TANDEM_ERR_INVAL;
+    }
+    tandem_err e = put_u32(b, GGUF_TYPE_ARRAY);
+    if (e == TANDEM_OK) e = put_u32(b, elem);
+    if (e == TANDEM_OK) e = put_u64(b, json_array_size(arr));
+    for (size_t i = 0; e == TANDEM_OK && i < json_array_size(arr); i++)
+        e = put_json(b, elem, json_array_get(arr, i), i, err, errlen);
+    json_decref(arr);
+    return e;
+}
+
+static tandem_err put_file(struct mem_buf *b, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        tandem_errmsg(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return TANDEM_ERR_IO;
+    }
+    struct mem_buf text;
+    mem_buf_init(&text, VALUE_MAX - 16);
+    char chunk[65536];
+    size_t n;
+    tandem_err e = TANDEM_OK;
+    while (e == TANDEM_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        e = mem_buf_append(&text, chunk, n);
+    if (e == TANDEM_OK && ferror(f))
+        e = TANDEM_ERR_IO;
+    fclose(f);
+    if (e == TANDEM_OK)
+        e = put_u32(b, GGUF_TYPE_STRING);
+    if (e == TANDEM_OK)
+        e = put_str(b, text.data ? text.data : "", text.len);
+    if (e != TANDEM_OK)
+        tandem_errmsg(err, errlen, "%s: %s", path, tandem_strerror(e));
+    mem_buf_deinit(&text);
+    return e;
+}
+
+/* Encodes "type:value" into b. */
+static tandem_err encode_typed(struct mem_buf *b, const char *typed, char *err, size_t errlen) {
+    const char *colon = strchr(typed, ':');
+    if (!colon) {
+        tandem_errmsg(err, errlen, "expected type:value after '=', got \"%s\"", typed);
+        return TANDEM_ERR_INVAL;
+    }
+    const char *value = colon + 1;
+    size_t tlen = (size_t)(colon - typed);
+    enum gguf_type t;
+    if (tlen == 4 && !strncmp(typed, "file", 4))
+        return put_file(b, value, err, errlen);
+    if (tlen > 5 && !strncmp(typed, "arr[", 4) && typed[tlen - 1] == ']' &&
+        type_from_name(typed + 4, tlen - 5, &t))
+        return put_array_json(b, t, value, err, errlen);
+    if (!type_from_name(typed, tlen, &t)) {
+        tandem_errmsg(err, errlen, "unknown type \"%.*s\" (u8 i8 u16 i16 u32 i32 u64 i64 f32 "
+                      "f64 bool str file arr[T])", (int)tlen, typed);
+        return TANDEM_ERR_INVAL;
+    }
+    tandem_err e = put_u32(b, t);
+    return e == TANDEM_OK ? put_scalar_text(b, t, value, err, errlen) : e;
+}
+
+tandem_err gguf_edit_set_spec(struct gguf_edit *edit, const char *spec, char *err, size_t errlen) {
+    const char *eq = strchr(spec, '=');
+    if (!eq || eq == spec) {
+        tandem_errmsg(err, errlen, "\"%s\": expected key=type:value", spec);
+        return TANDEM_ERR_INVAL;
+    }
+    char *key = mem_strndup(spec, (size_t)(eq - spec));
+    if (!key)
+        return TANDEM_ERR_NOMEM;
+    struct mem_buf value;
+    mem_buf_init(&value, VALUE_MAX);
+    char why[512] = "";
+    tandem_err e = encode_typed(&value, eq + 1, why, sizeof why);
+    struct change *c = e == TANDEM_OK ? fresh_change(edit, key) : NULL;
+    if (e == TANDEM_OK && !c)
+        e = TANDEM_ERR_NOMEM;
+    if (c) {
+        c->value = value; /* the change takes the encoded bytes */
+        mem_buf_init(&value, VALUE_MAX);
+    } else if (e != TANDEM_ERR_NOMEM) {
+        tandem_errmsg(err, errlen, "%s: %s", key, why);
+    }
+    mem_buf_deinit(&value);
+    mem_free(key);
+    return e;
+}
+
+tandem_err gguf_edit_remove(struct gguf_edit *edit, const char *key, char *err, size_t errlen) {
+    if (!gguf_kv_find(edit->src, key)) {
+        tandem_errmsg(err, errlen, "%s: no such key", key);
+        return TANDEM_ERR_NOTFOUND;
+    }
+    struct change *c = fresh_change(edit, key);
+    if (!c)
+        return TANDEM_ERR_NOMEM;
+    c->remove = 1;
+    return TANDEM_OK;
+}
+
+/* --- writing -------------------------------------------------------------- */
+
+struct out {
+    FILE *f;
+    uint64_t pos; /* bytes written so far */
+};
+
+static void out_bytes(struct out *o, const void *p, size_t n) {
+    if (n && fwrite(p, 1, n, o->f) == n)
+        o->pos += n;
+    else if (n)
+        o->pos = UINT64_MAX; /* poisons every later size check; ferror() reports it */
+}
+
+static void out_u32(struct out *o, uint32_t v) { out_bytes(o, &v, sizeof v); }
+static void out_u64(struct out *o, uint64_t v) { out_bytes(o, &v, sizeof v); }
+
+static void out_pad(struct out *o, uint64_t to) {
+    static const char zeros[256];
+    while (o->pos < to) {
+        uint64_t n = to - o->pos < sizeof zeros ? to - o->pos : sizeof zeros;
+        out_bytes(o, zeros, (size_t)n);
+    }
+}
+
+static uint64_t align_up(uint64_t x, uint64_t a) {
+    return (x + a - 1) / a * a;
+}
+
+/* The change that applies to a source key, or NULL. */
+static const struct change *change_for(const struct gguf_edit *edit, const struct gguf_kv *kv) {
+    return find_change(edit, kv->key.ptr, (size_t)kv->key.len);
+}
+
+static int is_new_key(const struct gguf_edit *edit, const struct change *c) {
+    return !c->remove && !gguf_kv_find(edit->src, c->key);
+}
+
+static uint64_t output_kv_count(const struct gguf_edit *edit) {
+    uint64_t n = gguf_kv_count(edit->src);
+    for (size_t i = 0; i < edit->n; i++) {
+        if (edit->changes[i].remove)
+            n--;
+        else if (is_new_key(edit, &edit->changes[i]))
+            n++;
+    }
+    return n;
+}
+
+/* The output's alignment: an edited general.alignment must be a u32 power of two. */
+static tandem_err output_alignment(const struct gguf_edit *edit, uint64_t *out, char *err,
+                                   size_t errlen) {
+    const struct change *c = find_change(edit, "general.alignment", strlen("general.alignment"));
+    if (!c) {
+        *out = gguf_alignment(edit->src);
+        return TANDEM_OK;
+    }
+    if (c->remove) {
+        *out = DEFAULT_ALIGNMENT;
+        return TANDEM_OK;
+    }
+    uint32_t type, v = 0;
+    memcpy(&type, c->value.data, sizeof type);
+    if (type == GGUF_TYPE_UINT32)
+        memcpy(&v, c->value.data + 4, sizeof v);
+    if (type != GGUF_TYPE_UINT32 || v == 0 || (v & (v - 1))) {
+        tandem_errmsg(err, errlen, "general.alignment must be a u32 power of two");
+        return TANDEM_ERR_INVAL;
+    }
+    *out = v;
+    return TANDEM_OK;
+}
+
+static void write_kv(struct out *o, const struct gguf_kv *kv, const struct change *c) {
+    out_u64(o, kv->key.len);
+    out_bytes(o, kv->key.ptr, (size_t)kv->key.len);
+    if (c) {
+        out_bytes(o, c->value.data, c->value.len);
+    } else {
+        out_u32(o, kv->type);
+        out_bytes(o, kv->value, (size_t)kv->value_len);
+    }
+}
+
+static void write_kvs(struct out *o, const struct gguf_edit *edit) {
+    for (uint64_t i = 0; i < gguf_kv_count(edit->src); i++) {
+        const struct gguf_kv *kv = gguf_kv_at(edit->src, i);
+        const struct change *c = change_for(edit, kv);
+        if (!c || !c->remove)
+            write_kv(o, kv, c);
+    }
+    for (size_t i = 0; i < edit->n; i++) {
+        const struct change *c = &edit->changes[i];
+        if (is_new_key(edit, c)) {
+            out_u64(o, strlen(c->key));
+            out_bytes(o, c->key, strlen(c->key));
+            out_bytes(o, c->value.data, c->value.len);
+        }
+    }
+}
+
+static void write_tensor_infos(struct out *o, const struct gguf *src, uint64_t alignment) {
+    uint64_t cursor = 0;
+    for (uint64_t i = 0; i < gguf_tensor_count(src); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(src, i);
+        out_u64(o, t->name.len);
+        out_bytes(o, t->name.ptr, (size_t)t->name.len);
+        out_u32(o, t->n_dims);
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            out_u64(o, (uint64_t)t->ne[d]);
+        out_u32(o, t->type);
+        uint64_t offset = align_up(cursor, alignment);
+        out_u64(o, offset);
+        cursor = offset + t->size;
+    }
+}
+
+static void write_tensor_data(struct out *o, const struct gguf *src, uint64_t alignment) {
+    uint64_t base = align_up(o->pos, alignment);
+    out_pad(o, base);
+    for (uint64_t i = 0; i < gguf_tensor_count(src) && o->pos != UINT64_MAX; i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(src, i);
+        out_pad(o, base + align_up(o->pos - base, alignment));
+        out_bytes(o, gguf_tensor_data(src, t), (size_t)t->size);
+    }
+}
+
+static tandem_err write_stream(const struct gguf_edit *edit, FILE *f, uint64_t alignment) {
+    struct out o = {.f = f};
+    out_bytes(&o, "GGUF", 4);
+    out_u32(&o, gguf_version(edit->src));
+    out_u64(&o, gguf_tensor_count(edit->src));
+    out_u64(&o, output_kv_count(edit));
+    write_kvs(&o, edit);
+    write_tensor_infos(&o, edit->src, alignment);
+    write_tensor_data(&o, edit->src, alignment);
+    return o.pos == UINT64_MAX || fflush(f) != 0 || ferror(f) ? TANDEM_ERR_IO : TANDEM_OK;
+}
+
+/* Opens a temporary file beside path; writes its name into tmp[cap]. */
+static FILE *open_temp(const char *path, char *tmp, size_t cap) {
+    int n = snprintf(tmp, cap, "%s.tmp.XXXXXX", path);
+    if (n < 0 || (size_t)n >= cap)
+        return NULL;
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return NULL;
+    fchmod(fd, 0644);
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        close(fd);
+        unlink(tmp);
+    }
+    return f;
+}
+
+tandem_err gguf_edit_write(const struct gguf_edit *edit, const char *path, char *err, size_t errlen) {
+    uint64_t alignment;
+    tandem_err e = output_alignment(edit, &alignment, err, errlen);
+    if (e != TANDEM_OK)
+        return e;
+    char tmp[PATH_MAX];
+    FILE *f = open_temp(path, tmp, sizeof tmp);
+    if (!f) {
+        tandem_errmsg(err, errlen, "%s: cannot create a temporary file beside it: %s", path,
+                      strerror(errno));
+        return TANDEM_ERR_IO;
+    }
+    char *buffer = mem_alloc(WRITE_BUFFER);
+    if (buffer)
+        setvbuf(f, buffer, _IOFBF, WRITE_BUFFER); /* without one, stdio's default works too */
+    e = write_stream(edit, f, alignment);
+    if (e == TANDEM_OK && fsync(fileno(f)) != 0)
+        e = TANDEM_ERR_IO;
+    if (fclose(f) != 0 && e == TANDEM_OK)
+        e = TANDEM_ERR_IO;
+    mem_free(buffer);
+    if (e != TANDEM_OK)
+        tandem_errmsg(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
+    struct gguf *check = NULL;
+    if (e == TANDEM_OK && (e = gguf_open(tmp, &check, err, errlen)) != TANDEM_OK)
+        e = TANDEM_ERR_FORMAT;
+    gguf_free(check);
+    if (e == TANDEM_OK && rename(tmp, path) != 0) {
+        tandem_errmsg(err, errlen, "%s: cannot rename into place: %s", path, strerror(errno));
+        e = TANDEM_ERR_IO;
+    }
+    if (e != TANDEM_OK)
+        unlink(tmp);
+    return e;
+}

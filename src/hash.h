@@ -1,0 +1,18 @@
+/* hash.h: content hashes of model files (OpenSSL's libcrypto does the maths). */
+#ifndef TANDEM_HASH_H
+#define TANDEM_HASH_H
+
+#include <stddef.h>
+
+#include "err.h"
+
+#define HASH_SHA256_HEX_LEN 64
+
+/* Streams the file at path through SHA-256 and writes the lowercase hex digest
+ * into hex[HASH_SHA256_HEX_LEN + 1]. Reads the whole file (minutes for many GB).
+ * Returns TANDEM_ERR_IO (err[errlen] names the file and the reason) or
+ * TANDEM_ERR_NOMEM. */
+tandem_err hash_file_sha256(const char *path, char hex[HASH_SHA256_HEX_LEN + 1], char *err,
+                            size_t errlen);
+
+#endif
