@@ -512,8 +512,8 @@ tandem_err gguf_edit_write(const struct gguf_edit *edit, const char *path, char 
     if (e != TANDEM_OK)
         tandem_errmsg(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
     struct gguf *check = NULL;
-    if (e == TANDEM_OK && (e = gguf_open(tmp, &check, err, errlen)) != TANDEM_OK)
-        e = TANDEM_ERR_FORMAT;
+    if (e == TANDEM_OK)
+        e = gguf_open(tmp, &check, err, errlen); /* the result must parse as it will be read */
     gguf_free(check);
     if (e == TANDEM_OK && rename(tmp, path) != 0) {
         tandem_errmsg(err, errlen, "%s: cannot rename into place: %s", path, strerror(errno));

@@ -38,8 +38,9 @@ tandem_err gguf_edit_set_spec(struct gguf_edit *edit, const char *spec, char *er
 tandem_err gguf_edit_remove(struct gguf_edit *edit, const char *key, char *err, size_t errlen);
 
 /* Writes the edited file to path atomically and verifies it by reopening it.
- * Returns TANDEM_ERR_IO (err says which step failed), TANDEM_ERR_FORMAT when the
- * result does not parse (e.g. a bad general.alignment was set), TANDEM_ERR_NOMEM.
+ * Returns TANDEM_ERR_INVAL for an edited general.alignment that is not a u32
+ * power of two, TANDEM_ERR_IO (err says which step failed), the reader's error
+ * when the result does not parse back, TANDEM_ERR_NOMEM.
  * On failure no file appears at path and an existing one is left untouched. */
 tandem_err gguf_edit_write(const struct gguf_edit *edit, const char *path, char *err, size_t errlen);
 
