@@ -78,7 +78,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_LIB_OBJ = $(filter-out $(BUILD)/fuzz/obj/main.o $(BUILD)/fuzz/obj/cmd_%.o,$(SRC:src/%.c=$(BUILD)/fuzz/obj/%.o))
 
 $(BUILD)/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c $(FUZZ_LIB_OBJ)
-	clang $(CFLAGS_COMMON) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(LIB_CFLAGS) -o $@ $^ $(LDLIBS)
+	clang $(CFLAGS_COMMON) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(LIB_CFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
 
 fuzz: $(BUILD)/fuzz/fuzz_gguf venv
 	@$(VENV)/bin/python tests/fuzz/make_seeds.py $(BUILD)/fuzz/seeds

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ggml_types.h"
 #include "mem.h"
 
 #define VALUE_MAX ((size_t)1 << 30) /* largest value one spec may produce */
@@ -31,11 +32,28 @@ struct change {
     struct mem_buf value; /* u32 type + encoded value; empty when remove */
 };
 
+struct added_tensor {
+    char *name;
+    uint32_t type, n_dims;
+    int64_t ne[4]; /* unused dimensions are 1 */
+    uint64_t size; /* bytes */
+    struct tensor_fill fill;
+};
+
 struct gguf_edit {
-    const struct gguf *src;
+    const struct gguf *src; /* NULL: synthesis from nothing */
     struct change *changes;
     size_t n, cap;
+    struct added_tensor *added;
+    size_t n_added, cap_added;
 };
+
+/* The source's facts, with an empty GGUF v3 standing in for a NULL source. */
+static uint64_t src_kv_count(const struct gguf_edit *e) { return e->src ? gguf_kv_count(e->src) : 0; }
+static uint64_t src_tensor_count(const struct gguf_edit *e) { return e->src ? gguf_tensor_count(e->src) : 0; }
+static const struct gguf_kv *src_kv_find(const struct gguf_edit *e, const char *key) {
+    return e->src ? gguf_kv_find(e->src, key) : NULL;
+}
 
 tandem_err gguf_edit_new(const struct gguf *src, struct gguf_edit **out) {
     *out = mem_calloc(1, sizeof **out);
@@ -52,7 +70,10 @@ void gguf_edit_free(struct gguf_edit *edit) {
         mem_free(edit->changes[i].key);
         mem_buf_deinit(&edit->changes[i].value);
     }
+    for (size_t i = 0; i < edit->n_added; i++)
+        mem_free(edit->added[i].name);
     mem_free(edit->changes);
+    mem_free(edit->added);
     mem_free(edit);
 }
 
@@ -321,7 +342,7 @@ tandem_err gguf_edit_set_spec(struct gguf_edit *edit, const char *spec, char *er
 }
 
 tandem_err gguf_edit_remove(struct gguf_edit *edit, const char *key, char *err, size_t errlen) {
-    if (!gguf_kv_find(edit->src, key)) {
+    if (!src_kv_find(edit, key)) {
         tandem_errmsg(err, errlen, "%s: no such key", key);
         return TANDEM_ERR_NOTFOUND;
     }
@@ -329,6 +350,149 @@ tandem_err gguf_edit_remove(struct gguf_edit *edit, const char *key, char *err, 
     if (!c)
         return TANDEM_ERR_NOMEM;
     c->remove = 1;
+    return TANDEM_OK;
+}
+
+/* --- copying, appending, adding tensors -------------------------------------- */
+
+tandem_err gguf_edit_copy_kv(struct gguf_edit *edit, const struct gguf_kv *kv) {
+    char *key = mem_strndup(kv->key.ptr, (size_t)kv->key.len);
+    struct change *c = key ? fresh_change(edit, key) : NULL;
+    mem_free(key);
+    if (!c)
+        return TANDEM_ERR_NOMEM;
+    uint32_t type = kv->type;
+    tandem_err e = put_u32(&c->value, type);
+    return e == TANDEM_OK ? put(&c->value, kv->value, (size_t)kv->value_len) : e;
+}
+
+/* The key's value as the edit currently defines it: type and encoded bytes. */
+static tandem_err current_value(const struct gguf_edit *edit, const char *key, uint32_t *type,
+                                const uint8_t **value, uint64_t *len) {
+    const struct change *c = find_change(edit, key, strlen(key));
+    if (c && !c->remove) {
+        memcpy(type, c->value.data, sizeof *type);
+        *value = (const uint8_t *)c->value.data + 4;
+        *len = c->value.len - 4;
+        return TANDEM_OK;
+    }
+    const struct gguf_kv *kv = c ? NULL : src_kv_find(edit, key);
+    if (!kv)
+        return TANDEM_ERR_NOTFOUND;
+    *type = kv->type;
+    *value = kv->value;
+    *len = kv->value_len;
+    return TANDEM_OK;
+}
+
+tandem_err gguf_edit_array_count(const struct gguf_edit *edit, const char *key, uint64_t *count) {
+    uint32_t type;
+    const uint8_t *value;
+    uint64_t len;
+    tandem_err e = current_value(edit, key, &type, &value, &len);
+    if (e == TANDEM_OK && type != GGUF_TYPE_ARRAY)
+        e = TANDEM_ERR_TYPE;
+    if (e == TANDEM_OK)
+        memcpy(count, value + 4, sizeof *count);
+    return e;
+}
+
+tandem_err gguf_edit_append_spec(struct gguf_edit *edit, const char *key, const char *typed,
+                                 char *err, size_t errlen) {
+    uint32_t type;
+    const uint8_t *old;
+    uint64_t old_len;
+    if (current_value(edit, key, &type, &old, &old_len) != TANDEM_OK) {
+        tandem_errmsg(err, errlen, "%s: no such key to append to", key);
+        return TANDEM_ERR_NOTFOUND;
+    }
+    struct mem_buf more, joined;
+    mem_buf_init(&more, VALUE_MAX);
+    mem_buf_init(&joined, VALUE_MAX);
+    char why[512] = "";
+    tandem_err e = encode_typed(&more, typed, why, sizeof why);
+    if (e != TANDEM_OK)
+        tandem_errmsg(err, errlen, "%s: %s", key, why);
+    uint32_t more_type = 0;
+    if (e == TANDEM_OK)
+        memcpy(&more_type, more.data, 4);
+    if (e == TANDEM_OK && (type != GGUF_TYPE_ARRAY || more_type != GGUF_TYPE_ARRAY ||
+                           memcmp(old, more.data + 4, 4) != 0)) {
+        tandem_errmsg(err, errlen, "%s: appending needs an array of the same element type", key);
+        e = TANDEM_ERR_TYPE;
+    }
+    uint64_t n_old, n_more;
+    if (e == TANDEM_OK) {
+        memcpy(&n_old, old + 4, 8);
+        memcpy(&n_more, more.data + 8, 8);
+        e = put_u32(&joined, GGUF_TYPE_ARRAY);
+    }
+    if (e == TANDEM_OK) e = put(&joined, old, 4);
+    if (e == TANDEM_OK) e = put_u64(&joined, n_old + n_more);
+    if (e == TANDEM_OK) e = put(&joined, old + 12, (size_t)(old_len - 12));
+    if (e == TANDEM_OK) e = put(&joined, more.data + 16, more.len - 16);
+    struct change *c = e == TANDEM_OK ? fresh_change(edit, key) : NULL;
+    if (e == TANDEM_OK && !c)
+        e = TANDEM_ERR_NOMEM;
+    if (c) {
+        c->value = joined; /* the change takes the bytes */
+        mem_buf_init(&joined, VALUE_MAX);
+    }
+    mem_buf_deinit(&more);
+    mem_buf_deinit(&joined);
+    return e;
+}
+
+static int tensor_name_taken(const struct gguf_edit *edit, const char *name) {
+    if (edit->src && gguf_tensor_find(edit->src, name))
+        return 1;
+    for (size_t i = 0; i < edit->n_added; i++)
+        if (!strcmp(edit->added[i].name, name))
+            return 1;
+    return 0;
+}
+
+static tandem_err check_new_tensor(const struct gguf_edit *edit, struct added_tensor *t,
+                                   const char *name, char *err, size_t errlen) {
+    const struct ggml_type_info *info = ggml_type_get(t->type);
+    if (strlen(name) >= GGUF_MAX_NAME || !*name || tensor_name_taken(edit, name)) {
+        tandem_errmsg(err, errlen, "tensor '%s': name empty, too long (max %d bytes) or taken",
+                      name, GGUF_MAX_NAME - 1);
+        return TANDEM_ERR_INVAL;
+    }
+    if (!info || t->n_dims < 1 || t->n_dims > 4 ||
+        ggml_type_tensor_bytes(t->type, t->ne, t->n_dims, &t->size) != TANDEM_OK) {
+        tandem_errmsg(err, errlen, "tensor '%s': invalid type or shape for %s", name,
+                      info ? info->name : "an unknown type");
+        return TANDEM_ERR_INVAL;
+    }
+    if (!tensor_fill_supports(t->fill.kind, t->type)) {
+        tandem_errmsg(err, errlen, "tensor '%s': this fill cannot produce %s data", name, info->name);
+        return TANDEM_ERR_INVAL;
+    }
+    return TANDEM_OK;
+}
+
+tandem_err gguf_edit_add_tensor(struct gguf_edit *edit, const char *name, uint32_t type,
+                                uint32_t n_dims, const int64_t ne[4],
+                                const struct tensor_fill *fill, char *err, size_t errlen) {
+    struct added_tensor t = {.type = type, .n_dims = n_dims, .ne = {1, 1, 1, 1}, .fill = *fill};
+    for (uint32_t d = 0; d < n_dims && d < 4; d++)
+        t.ne[d] = ne[d];
+    tandem_err e = check_new_tensor(edit, &t, name, err, errlen);
+    if (e != TANDEM_OK)
+        return e;
+    if (edit->n_added == edit->cap_added) {
+        size_t cap = edit->cap_added ? edit->cap_added * 2 : 16;
+        struct added_tensor *grown = mem_realloc(edit->added, cap * sizeof *grown);
+        if (!grown)
+            return TANDEM_ERR_NOMEM;
+        edit->added = grown;
+        edit->cap_added = cap;
+    }
+    if (!(t.name = mem_strdup(name)))
+        return TANDEM_ERR_NOMEM;
+    edit->added[edit->n_added++] = t;
     return TANDEM_OK;
 }
 
@@ -367,11 +531,11 @@ static const struct change *change_for(const struct gguf_edit *edit, const struc
 }
 
 static int is_new_key(const struct gguf_edit *edit, const struct change *c) {
-    return !c->remove && !gguf_kv_find(edit->src, c->key);
+    return !c->remove && !src_kv_find(edit, c->key);
 }
 
 static uint64_t output_kv_count(const struct gguf_edit *edit) {
-    uint64_t n = gguf_kv_count(edit->src);
+    uint64_t n = src_kv_count(edit);
     for (size_t i = 0; i < edit->n; i++) {
         if (edit->changes[i].remove)
             n--;
@@ -386,7 +550,7 @@ static tandem_err output_alignment(const struct gguf_edit *edit, uint64_t *out, 
                                    size_t errlen) {
     const struct change *c = find_change(edit, "general.alignment", strlen("general.alignment"));
     if (!c) {
-        *out = gguf_alignment(edit->src);
+        *out = edit->src ? gguf_alignment(edit->src) : DEFAULT_ALIGNMENT;
         return TANDEM_OK;
     }
     if (c->remove) {
@@ -417,7 +581,7 @@ static void write_kv(struct out *o, const struct gguf_kv *kv, const struct chang
 }
 
 static void write_kvs(struct out *o, const struct gguf_edit *edit) {
-    for (uint64_t i = 0; i < gguf_kv_count(edit->src); i++) {
+    for (uint64_t i = 0; i < src_kv_count(edit); i++) {
         const struct gguf_kv *kv = gguf_kv_at(edit->src, i);
         const struct change *c = change_for(edit, kv);
         if (!c || !c->remove)
@@ -433,42 +597,117 @@ static void write_kvs(struct out *o, const struct gguf_edit *edit) {
     }
 }
 
-static void write_tensor_infos(struct out *o, const struct gguf *src, uint64_t alignment) {
+/* One output tensor, from the source or added. */
+struct out_tensor {
+    const char *name;
+    uint64_t name_len;
+    uint32_t n_dims, type;
+    const int64_t *ne;
+    uint64_t size;
+    const void *data;               /* source tensors: bytes in the mapping */
+    const struct tensor_fill *fill; /* added tensors: how to generate them */
+};
+
+static uint64_t out_tensor_count(const struct gguf_edit *edit) {
+    return src_tensor_count(edit) + edit->n_added;
+}
+
+static struct out_tensor out_tensor_at(const struct gguf_edit *edit, uint64_t i) {
+    if (i < src_tensor_count(edit)) {
+        const struct gguf_tensor *t = gguf_tensor_at(edit->src, i);
+        return (struct out_tensor){t->name.ptr, t->name.len, t->n_dims, t->type, t->ne, t->size,
+                                   gguf_tensor_data(edit->src, t), NULL};
+    }
+    const struct added_tensor *a = &edit->added[i - src_tensor_count(edit)];
+    return (struct out_tensor){a->name, strlen(a->name), a->n_dims, a->type, a->ne, a->size,
+                               NULL, &a->fill};
+}
+
+static void write_tensor_infos(struct out *o, const struct gguf_edit *edit, uint64_t alignment) {
     uint64_t cursor = 0;
-    for (uint64_t i = 0; i < gguf_tensor_count(src); i++) {
-        const struct gguf_tensor *t = gguf_tensor_at(src, i);
-        out_u64(o, t->name.len);
-        out_bytes(o, t->name.ptr, (size_t)t->name.len);
-        out_u32(o, t->n_dims);
-        for (uint32_t d = 0; d < t->n_dims; d++)
-            out_u64(o, (uint64_t)t->ne[d]);
-        out_u32(o, t->type);
+    for (uint64_t i = 0; i < out_tensor_count(edit); i++) {
+        struct out_tensor t = out_tensor_at(edit, i);
+        out_u64(o, t.name_len);
+        out_bytes(o, t.name, (size_t)t.name_len);
+        out_u32(o, t.n_dims);
+        for (uint32_t d = 0; d < t.n_dims; d++)
+            out_u64(o, (uint64_t)t.ne[d]);
+        out_u32(o, t.type);
         uint64_t offset = align_up(cursor, alignment);
         out_u64(o, offset);
-        cursor = offset + t->size;
+        cursor = offset + t.size;
     }
 }
 
-static void write_tensor_data(struct out *o, const struct gguf *src, uint64_t alignment) {
+/* Moves the write position forward n bytes without writing: a hole. */
+static void out_skip(struct out *o, uint64_t n) {
+    if (n > (uint64_t)INT64_MAX || fseeko(o->f, (off_t)n, SEEK_CUR) != 0)
+        o->pos = UINT64_MAX;
+    else if (o->pos != UINT64_MAX)
+        o->pos += n;
+}
+
+/* Generates an added tensor row by row (holes are skipped, not written). */
+static void write_generated(struct out *o, const struct out_tensor *t, uint8_t *row) {
+    if (t->fill->kind == TENSOR_FILL_HOLE) {
+        out_skip(o, t->size);
+        return;
+    }
+    struct tensor_fill_stream s;
+    tensor_fill_begin(&s, t->fill);
+    uint64_t rows = (uint64_t)t->ne[1] * (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
+    uint64_t row_bytes = rows ? t->size / rows : 0;
+    for (uint64_t r = 0; r < rows && o->pos != UINT64_MAX; r++) {
+        if (tensor_fill_row(&s, t->type, t->ne[0], row) != TANDEM_OK)
+            o->pos = UINT64_MAX;
+        else
+            out_bytes(o, row, (size_t)row_bytes);
+    }
+}
+
+static uint64_t largest_row(const struct gguf_edit *edit) {
+    uint64_t max = 1, bytes;
+    for (size_t i = 0; i < edit->n_added; i++)
+        if (ggml_type_row_bytes(edit->added[i].type, edit->added[i].ne[0], &bytes) == TANDEM_OK &&
+            bytes > max)
+            max = bytes;
+    return max;
+}
+
+static tandem_err write_tensor_data(struct out *o, const struct gguf_edit *edit, uint64_t alignment) {
+    uint8_t *row = mem_alloc((size_t)largest_row(edit));
+    if (!row)
+        return TANDEM_ERR_NOMEM;
     uint64_t base = align_up(o->pos, alignment);
     out_pad(o, base);
-    for (uint64_t i = 0; i < gguf_tensor_count(src) && o->pos != UINT64_MAX; i++) {
-        const struct gguf_tensor *t = gguf_tensor_at(src, i);
+    for (uint64_t i = 0; i < out_tensor_count(edit) && o->pos != UINT64_MAX; i++) {
+        struct out_tensor t = out_tensor_at(edit, i);
         out_pad(o, base + align_up(o->pos - base, alignment));
-        out_bytes(o, gguf_tensor_data(src, t), (size_t)t->size);
+        if (t.data)
+            out_bytes(o, t.data, (size_t)t.size);
+        else
+            write_generated(o, &t, row);
     }
+    mem_free(row);
+    return TANDEM_OK;
 }
 
 static tandem_err write_stream(const struct gguf_edit *edit, FILE *f, uint64_t alignment) {
     struct out o = {.f = f};
     out_bytes(&o, "GGUF", 4);
-    out_u32(&o, gguf_version(edit->src));
-    out_u64(&o, gguf_tensor_count(edit->src));
+    out_u32(&o, edit->src ? gguf_version(edit->src) : 3);
+    out_u64(&o, out_tensor_count(edit));
     out_u64(&o, output_kv_count(edit));
     write_kvs(&o, edit);
-    write_tensor_infos(&o, edit->src, alignment);
-    write_tensor_data(&o, edit->src, alignment);
-    return o.pos == UINT64_MAX || fflush(f) != 0 || ferror(f) ? TANDEM_ERR_IO : TANDEM_OK;
+    write_tensor_infos(&o, edit, alignment);
+    tandem_err e = write_tensor_data(&o, edit, alignment);
+    if (e != TANDEM_OK)
+        return e;
+    /* a trailing hole has no bytes yet: give the file its full size */
+    if (o.pos == UINT64_MAX || fflush(f) != 0 || ferror(f) ||
+        ftruncate(fileno(f), (off_t)o.pos) != 0)
+        return TANDEM_ERR_IO;
+    return TANDEM_OK;
 }
 
 /* Opens a temporary file beside path; writes its name into tmp[cap]. */

@@ -1,0 +1,197 @@
+"""The label-logit decider fixtures, served for real.
+
+scripts/make-fixtures.sh turns the two real instruct models into openjev
+decision models by adding metadata only (decision type + a "systemone"
+template, see docs/fixtures.md). Here the pinned llama-server serves each one
+and we check the /v1/systemone contract (shape, probabilities, determinism,
+errors) and measure accuracy on the hand-written easy set
+tests/data/decider-easy.jsonl.
+"""
+import json
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, LlamaServer, cache_root
+
+EASY = ROOT / "tests" / "data" / "decider-easy.jsonl"
+
+# name -> (fixture file, must beat chance on the easy set?)
+# Gemma-3-270M: see docs/fixtures.md, "Deciders from real models", for why its
+# accuracy is reported but not asserted.
+DECIDERS = {
+    "smollm2": ("smollm2-decider.gguf", True),
+    "gemma3": ("gemma3-decider.gguf", False),
+}
+
+TIMEOUT = 300
+
+
+def post_raw(url, body, timeout=TIMEOUT):
+    """POST a JSON body; returns (status, raw bytes). Never raises on HTTP errors."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def answers_json(raw):
+    """The exact bytes of the "answers" value inside a raw response body."""
+    doc = json.loads(raw)
+    start = raw.index(b'"answers":') + len(b'"answers":')
+    # the server writes model, answers, usage in that order, compactly
+    end = raw.index(b',"usage":', start)
+    piece = raw[start:end]
+    assert json.loads(piece) == doc["answers"]
+    return piece
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir(tandem_bin):
+    """Builds (or reuses, keyed by recipe) the decider fixtures."""
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "make-fixtures.sh"), str(tandem_bin)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"make-fixtures.sh failed:\n{proc.stdout}\n{proc.stderr}"
+    return cache_root() / "fixtures"
+
+
+@pytest.fixture(scope="module", params=list(DECIDERS))
+def decider(request, engine_path, fixtures_dir, tmp_path_factory):
+    name = request.param
+    path = fixtures_dir / DECIDERS[name][0]
+    assert path.exists(), f"{path} missing after scripts/make-fixtures.sh"
+    server = LlamaServer(engine_path, path, tmp_path_factory.mktemp(name) / "llama-server.log",
+                         extra_args=["-c", "2048", "-np", "1"])
+    server.start()
+    server.name = name
+    yield server
+    server.kill()
+
+
+MIXED = {
+    "state": "The customer writes: 'My package never arrived and it has been three weeks.'",
+    "questions": {
+        "route": {"type": "choice", "instructions": "Which team should handle this message?",
+                  "criteria": {"billing": "payments and refunds",
+                               "shipping": "deliveries and lost parcels",
+                               "technical": "bugs and login problems",
+                               "sales": None}},
+        "upset": {"type": "score", "instructions": "How upset is the customer?",
+                  "criteria": ["calm", "a bit annoyed", "angry", "furious"]},
+        "lost": {"type": "noul", "instructions": "Does the customer say the package did not arrive?",
+                 "criteria": None},
+    },
+}
+
+
+def test_loads_as_openjev(decider):
+    log = decider.log_text()
+    assert "decision model type: openjev" in log, decider.log_tail()
+
+
+def test_mixed_request_is_valid_and_deterministic(decider):
+    status, raw = post_raw(decider.url + "/v1/systemone", MIXED)
+    assert status == 200, raw
+    body = json.loads(raw)
+    assert list(body) == ["model", "answers", "usage"]
+    answers = body["answers"]
+    assert list(answers) == ["route", "upset", "lost"]
+
+    route = answers["route"]
+    assert route["type"] == "choice"
+    probs = route["probabilities"]
+    assert list(probs) == list(MIXED["questions"]["route"]["criteria"])
+    assert abs(sum(probs.values()) - 1) < 1e-5
+    assert all(0 <= p <= 1 for p in probs.values())
+    assert route["choice"] == max(probs, key=probs.get)
+    assert 0 <= route["confidence"] <= 1
+
+    upset = answers["upset"]
+    assert upset["type"] == "score"
+    levels = MIXED["questions"]["upset"]["criteria"]
+    assert upset["legend"] == {str(i): d for i, d in enumerate(levels)}
+    sp = upset["probabilities"]
+    assert list(sp) == [str(i) for i in range(len(levels))]
+    assert abs(sum(sp.values()) - 1) < 1e-5
+    assert abs(upset["score"] - sum(i * sp[str(i)] for i in range(len(levels)))) < 1e-6
+    assert 0 <= upset["confidence"] <= 1
+
+    lost = answers["lost"]
+    assert lost["type"] == "noul" and set(lost) == {"type", "noul"}
+    assert 0 <= lost["noul"] <= 1
+
+    assert body["usage"]["output_tokens"] == 0
+    assert body["usage"]["input_tokens"] > 0
+
+    status2, raw2 = post_raw(decider.url + "/v1/systemone", MIXED)
+    assert status2 == 200, raw2
+    assert answers_json(raw2) == answers_json(raw), "the same request gave different answers"
+    print(f"\n{decider.name}: {answers_json(raw).decode()}")
+
+
+def test_too_many_options_is_a_clear_400(decider):
+    body = {"state": "x", "questions": {"pick": {
+        "type": "choice", "instructions": "Pick one.",
+        "criteria": {f"option{i}": None for i in range(60)}}}}
+    status, raw = post_raw(decider.url + "/v1/systemone", body)
+    assert status == 400, raw
+    msg = json.loads(raw)["error"]["message"]
+    assert "questions.pick" in msg and "60" in msg and "at most 52" in msg, msg
+
+
+def test_bad_score_levels_is_a_clear_400(decider):
+    body = {"state": "x", "questions": {"rate": {
+        "type": "score", "instructions": "Rate it.", "criteria": ["only one level"]}}}
+    status, raw = post_raw(decider.url + "/v1/systemone", body)
+    assert status == 400, raw
+    assert "questions.rate" in json.loads(raw)["error"]["message"]
+
+
+def load_easy():
+    cases = [json.loads(line) for line in EASY.read_text().splitlines() if line.strip()]
+    assert len(cases) >= 20
+    return cases
+
+
+def top_answer(question, answer):
+    kind = question["type"]
+    if kind == "choice":
+        return answer["choice"]
+    if kind == "noul":
+        return answer["noul"] >= 0.5
+    probs = answer["probabilities"]
+    return int(max(probs, key=probs.get))
+
+
+def n_options(question):
+    return {"choice": lambda q: len(q["criteria"]), "noul": lambda q: 2,
+            "score": lambda q: len(q["criteria"])}[question["type"]](question)
+
+
+def test_accuracy_on_easy_set(decider):
+    hits, chance, per_type, misses = [], [], {}, []
+    for case in load_easy():
+        status, raw = post_raw(decider.url + "/v1/systemone",
+                               {"state": case["state"], "questions": case["questions"]})
+        assert status == 200, (case["id"], raw)
+        answers = json.loads(raw)["answers"]
+        for qid, q in case["questions"].items():
+            ok = top_answer(q, answers[qid]) == case["gold"][qid]
+            hits.append(ok)
+            chance.append(1 / n_options(q))
+            per_type.setdefault(q["type"], []).append(ok)
+            if not ok:
+                misses.append(f"{case['id']}.{qid}")
+    acc = sum(hits) / len(hits)
+    base = sum(chance) / len(chance)
+    breakdown = ", ".join(f"{t} {sum(v)}/{len(v)}" for t, v in sorted(per_type.items()))
+    print(f"\n{decider.name}: accuracy {acc:.2f} on {len(hits)} questions "
+          f"(chance {base:.2f}; {breakdown}); missed: {' '.join(misses) or 'none'}")
+    if DECIDERS[decider.name][1]:
+        assert acc > base, f"{decider.name} is not better than chance ({acc:.2f} <= {base:.2f})"
