@@ -28,7 +28,7 @@ PYTEST   := $(VENV)/bin/python -m pytest
 # $(call pkg,NAME,DEBIAN-PACKAGE,--cflags|--libs)
 pkg = $(if $(shell pkg-config --exists $(1) && echo yes),$(shell pkg-config $(3) $(1)),$(error $(1) not found by pkg-config: install the Debian package $(2) (or run `make deps`)))
 
-.PHONY: all test unit e2e asan fuzz deps venv run bench clean help
+.PHONY: all test unit e2e asan fuzz fixtures deps venv run bench clean help
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/tandem
@@ -40,6 +40,7 @@ help:
 	@echo "make asan       unit tests under AddressSanitizer + UBSan"
 	@echo "make fuzz       fuzz the GGUF reader for FUZZ_SECONDS (default 60) with libFuzzer + ASan"
 	@echo "make deps       system packages, pinned engine (CUDA=1 for a CUDA build), test models, venv"
+	@echo "make fixtures   build the decision-model fixtures into ~/.cache/tandem/fixtures"
 	@echo "make bench      benchmarks; tables land in docs/"
 	@echo "make clean      remove build/ (the cache in ~/.cache/tandem stays)"
 
@@ -108,8 +109,12 @@ unit: $(BUILD)/tests/unit
 e2e: $(BUILD)/tandem venv
 	TANDEM_BIN=$(abspath $(BUILD)/tandem) $(PYTEST) tests/e2e
 
+fixtures: $(BUILD)/tandem
+	@scripts/make-fixtures.sh $(abspath $(BUILD)/tandem)
+
 test: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/tests/unit
+	@$(MAKE) --no-print-directory fixtures
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory e2e
 

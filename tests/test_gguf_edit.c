@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gguf.h"
@@ -188,5 +189,51 @@ Test(gguf_edit, allocation_failure_anywhere_fails_cleanly) {
         cr_assert_neq(access(out_path, F_OK), 0);
         cr_assert_lt(n, 1000);
     }
+    gguf_free(g);
+}
+
+Test(gguf_edit, synthesis_from_nothing_with_copied_appended_keys_and_filled_tensors) {
+    struct gguf *src = open_ok(in_path);
+    struct gguf_edit *e;
+    char err[256] = "";
+    cr_assert_eq(gguf_edit_new(NULL, &e), TANDEM_OK);
+    cr_assert_eq(gguf_edit_copy_kv(e, gguf_kv_find(src, "general.architecture")), TANDEM_OK);
+    cr_assert_eq(gguf_edit_set_spec(e, "t.tokens=arr[str]:[\"a\",\"b\"]", err, sizeof err), TANDEM_OK);
+    cr_assert_eq(gguf_edit_append_spec(e, "t.tokens", "arr[str]:[\"c\"]", err, sizeof err), TANDEM_OK);
+    uint64_t n = 0;
+    cr_assert_eq(gguf_edit_array_count(e, "t.tokens", &n), TANDEM_OK);
+    cr_expect_eq(n, 3);
+    cr_expect_eq(gguf_edit_append_spec(e, "t.tokens", "arr[u8]:[1]", err, sizeof err), TANDEM_ERR_TYPE);
+    cr_expect_eq(gguf_edit_append_spec(e, "t.none", "arr[u8]:[1]", err, sizeof err), TANDEM_ERR_NOTFOUND);
+
+    struct tensor_fill one = {.kind = TENSOR_FILL_CONST, .value = 1.0f};
+    struct tensor_fill hole = {.kind = TENSOR_FILL_HOLE};
+    int64_t small[4] = {16, 2}, big[4] = {1 << 20, 16};
+    cr_assert_eq(gguf_edit_add_tensor(e, "ones", 0, 2, small, &one, err, sizeof err), TANDEM_OK, "%s", err);
+    cr_assert_eq(gguf_edit_add_tensor(e, "hole", 12 /* Q4_K */, 2, big, &hole, err, sizeof err), TANDEM_OK);
+    cr_expect_eq(gguf_edit_add_tensor(e, "ones", 0, 2, small, &one, err, sizeof err), TANDEM_ERR_INVAL,
+                 "duplicate names are refused");
+    cr_expect_eq(gguf_edit_add_tensor(e, "q", 12, 2, small, &hole, err, sizeof err), TANDEM_ERR_INVAL,
+                 "16 is not a multiple of Q4_K's 256-element block");
+    cr_expect_eq(gguf_edit_add_tensor(e, "c", 12, 2, big, &one, err, sizeof err), TANDEM_ERR_INVAL,
+                 "const cannot fill Q4_K");
+    cr_assert_eq(gguf_edit_write(e, out_path, err, sizeof err), TANDEM_OK, "%s", err);
+    gguf_edit_free(e);
+    gguf_free(src);
+
+    struct gguf *g = open_ok(out_path);
+    struct gguf_str s;
+    cr_expect_eq(gguf_version(g), 3);
+    cr_assert_eq(gguf_kv_arr_str(gguf_kv_find(g, "t.tokens"), 2, &s), TANDEM_OK);
+    cr_expect(gguf_str_eq(s, "c"));
+    const float *ones = gguf_tensor_data(g, gguf_tensor_find(g, "ones"));
+    cr_expect_eq(ones[31], 1.0f);
+    const struct gguf_tensor *h = gguf_tensor_find(g, "hole");
+    cr_expect_eq(h->size, (uint64_t)(1 << 20) / 256 * 144 * 16);
+    cr_expect_eq(gguf_file_size(g), gguf_data_offset(g) + h->offset + h->size,
+                 "a trailing hole still gives the file its full size");
+    struct stat st;
+    cr_assert_eq(stat(out_path, &st), 0);
+    cr_expect_lt((uint64_t)st.st_blocks * 512, h->size / 4, "the hole takes no disk");
     gguf_free(g);
 }

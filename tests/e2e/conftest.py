@@ -47,7 +47,13 @@ def require(path, how):
 
 
 ENGINE = cache_root() / "engine" / f"b{PINS['ENGINE_BUILD']}" / "bin" / "llama-server"
+ENGINE_SRC = ENGINE.parent.parent / "src"
 MODELS = cache_root() / "models"
+FIXTURES = cache_root() / "fixtures"
+
+
+def fixture_path(name):
+    return require(FIXTURES / name, "run `make fixtures` (scripts/make-fixtures.sh)")
 
 
 @pytest.fixture(scope="session")
@@ -97,12 +103,12 @@ class LlamaServer:
     """One real llama-server child on a free loopback port, started from an argv
     list (no shell), with its log captured to a file."""
 
-    def __init__(self, engine, model, log_path, extra_args=()):
+    def __init__(self, engine, model, log_path, extra_args=(), ctx=1024):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.argv = [str(engine), "-m", str(model), "--host", "127.0.0.1",
-                     "--port", str(self.port), "-c", "1024", "-ngl", "0", "-fit", "off",
+                     "--port", str(self.port), "-c", str(ctx), "-ngl", "0", "-fit", "off",
                      "-lv", "4", "--no-log-timestamps", "--no-log-prefix", *extra_args]
         self.proc = None
 
