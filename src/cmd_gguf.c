@@ -93,6 +93,8 @@ static int dump_main(int argc, char **argv) {
 
 /* --- synth -------------------------------------------------------------------- */
 
+#define SPEC_STRING_MAX ((size_t)1 << 30)
+
 struct synth {
     const char *spec_path;
     char dir[PATH_MAX];      /* the spec's folder: relative paths start there */
@@ -103,26 +105,34 @@ struct synth {
 };
 
 /* Expands ${VAR} from the environment; a relative path (for "from" and file:
- * values) is taken from the spec's folder. Returns a mem_alloc'ed string. */
+ * values) is taken from the spec's folder. Returns a mem_alloc'ed string, or
+ * NULL when out of memory. */
 static char *expand(const struct synth *sy, const char *text, int is_path) {
-    char out[PATH_MAX * 2];
-    size_t o = 0;
-    if (is_path && text[0] != '/' && strncmp(text, "${", 2))
-        o = (size_t)snprintf(out, sizeof out, "%s/", sy->dir);
-    for (const char *p = text; *p && o + 1 < sizeof out;) {
+    struct mem_buf out;
+    mem_buf_init(&out, SPEC_STRING_MAX);
+    tandem_err e = TANDEM_OK;
+    if (is_path && text[0] != '/' && strncmp(text, "${", 2)) {
+        e = mem_buf_append(&out, sy->dir, strlen(sy->dir));
+        if (e == TANDEM_OK)
+            e = mem_buf_append(&out, "/", 1);
+    }
+    for (const char *p = text; *p && e == TANDEM_OK;) {
         const char *end = !strncmp(p, "${", 2) ? strchr(p, '}') : NULL;
         if (end) {
             char name[128];
             snprintf(name, sizeof name, "%.*s", (int)(end - p - 2), p + 2);
             const char *v = getenv(name);
-            o += (size_t)snprintf(out + o, sizeof out - o, "%s", v ? v : "");
+            e = mem_buf_append(&out, v ? v : "", v ? strlen(v) : 0);
             p = end + 1;
         } else {
-            out[o++] = *p++;
+            size_t n = strcspn(p + 1, "$") + 1;
+            e = mem_buf_append(&out, p, n);
+            p += n;
         }
     }
-    out[o < sizeof out ? o : sizeof out - 1] = '\0';
-    return mem_strdup(out);
+    char *result = e == TANDEM_OK ? mem_strdup(out.data ? out.data : "") : NULL;
+    mem_buf_deinit(&out);
+    return result;
 }
 
 static int fail(struct synth *sy, const char *where, const char *what) {
@@ -209,11 +219,12 @@ static int parse_shape(struct synth *sy, const json_t *shape, const char *name, 
         return fail(sy, name, "shape must be an array of 1 to 4 dimensions");
     for (size_t d = 0; d < n; d++) {
         const json_t *v = json_array_get(shape, d);
+        enum gguf_type elem;
         uint64_t count;
         if (json_is_integer(v) && json_integer_value(v) >= 0)
             ne[d] = json_integer_value(v);
         else if (json_is_string(v) && !strcmp(json_string_value(v), "vocab") &&
-                 gguf_edit_array_count(sy->edit, "tokenizer.ggml.tokens", &count) == TANDEM_OK)
+                 gguf_edit_array_info(sy->edit, "tokenizer.ggml.tokens", &elem, &count) == TANDEM_OK)
             ne[d] = (int64_t)count;
         else
             return fail(sy, name, "a dimension must be a non-negative integer or \"vocab\" "
@@ -277,21 +288,84 @@ static int add_tensors(struct synth *sy, const json_t *tensors, uint64_t seed) {
     return 0;
 }
 
+/* Padding elements for pad_to: fill is a number, or a string where {k} counts
+ * from 0 within the padding and {n} is the element's index in the array. */
+static char *padding_json(const json_t *fill, uint64_t from, uint64_t to) {
+    json_t *arr = json_array();
+    for (uint64_t n = from; arr && n < to; n++) {
+        json_t *item;
+        if (json_is_string(fill)) {
+            char k[24], idx[24], text[256];
+            snprintf(k, sizeof k, "%llu", (unsigned long long)(n - from));
+            snprintf(idx, sizeof idx, "%llu", (unsigned long long)n);
+            size_t o = 0;
+            for (const char *p = json_string_value(fill); *p && o + 24 < sizeof text;) {
+                const char *sub = !strncmp(p, "{k}", 3) ? k : !strncmp(p, "{n}", 3) ? idx : NULL;
+                if (sub) {
+                    o += (size_t)snprintf(text + o, sizeof text - o, "%s", sub);
+                    p += 3;
+                } else {
+                    text[o++] = *p++;
+                }
+            }
+            text[o] = '\0';
+            item = json_string(text);
+        } else {
+            item = json_deep_copy(fill);
+        }
+        if (json_array_append_new(arr, item)) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    char *text = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
+    json_decref(arr);
+    return text;
+}
+
+/* One "arrays" entry: {"key", "append": [...]} | {"key", "truncate": N} |
+ * {"key", "pad_to": N, "fill": VALUE}, applied in order. */
+static int array_op(struct synth *sy, const json_t *op, size_t i) {
+    char where[64];
+    snprintf(where, sizeof where, "arrays[%zu]", i);
+    const char *key = json_string_value(json_object_get(op, "key"));
+    const json_t *append = json_object_get(op, "append"), *trunc = json_object_get(op, "truncate"),
+                 *pad = json_object_get(op, "pad_to");
+    enum gguf_type elem;
+    uint64_t count;
+    if (!key || gguf_edit_array_info(sy->edit, key, &elem, &count) != TANDEM_OK)
+        return fail(sy, where, "\"key\" must name an array defined by copy or set");
+    char *text = NULL;
+    tandem_err e = TANDEM_OK;
+    if (json_is_array(append))
+        text = json_dumps(append, JSON_COMPACT);
+    else if (json_is_integer(trunc) && json_integer_value(trunc) >= 0)
+        e = gguf_edit_truncate(sy->edit, key, (uint64_t)json_integer_value(trunc));
+    else if (json_is_integer(pad) && json_object_get(op, "fill"))
+        text = padding_json(json_object_get(op, "fill"), count, (uint64_t)json_integer_value(pad));
+    else
+        return fail(sy, where, "expected \"append\": [...], \"truncate\": N, or \"pad_to\": N with \"fill\"");
+    if (e == TANDEM_OK && (json_is_array(append) || json_is_integer(pad)))
+        e = text ? gguf_edit_append_json(sy->edit, key, text, sy->err, sizeof sy->err)
+                 : TANDEM_ERR_NOMEM;
+    free(text);
+    if (e == TANDEM_ERR_NOMEM)
+        return fail(sy, where, "out of memory");
+    return e == TANDEM_OK ? 0 : fail(sy, where, sy->err);
+}
+
 static int apply_spec(struct synth *sy, const json_t *spec) {
     size_t i;
     const json_t *v;
-    const char *key;
     json_array_foreach(json_object_get(spec, "copy"), i, v)
         if (copy_keys(sy, v, i))
             return 1;
     json_array_foreach(json_object_get(spec, "set"), i, v)
         if (!json_is_string(v) || set_key(sy, json_string_value(v), i))
             return json_is_string(v) ? 1 : fail(sy, "set", "entries must be strings");
-    json_object_foreach((json_t *)json_object_get(spec, "append"), key, v) {
-        if (!json_is_string(v) ||
-            gguf_edit_append_spec(sy->edit, key, json_string_value(v), sy->err, sizeof sy->err))
-            return fail(sy, "append", json_is_string(v) ? sy->err : "values must be arr[T]:[...] strings");
-    }
+    json_array_foreach(json_object_get(spec, "arrays"), i, v)
+        if (array_op(sy, v, i))
+            return 1;
     uint64_t seed = (uint64_t)json_integer_value(json_object_get(spec, "seed"));
     return add_tensors(sy, json_object_get(spec, "tensors"), seed);
 }

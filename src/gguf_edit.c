@@ -385,62 +385,103 @@ static tandem_err current_value(const struct gguf_edit *edit, const char *key, u
     return TANDEM_OK;
 }
 
-tandem_err gguf_edit_array_count(const struct gguf_edit *edit, const char *key, uint64_t *count) {
-    uint32_t type;
+tandem_err gguf_edit_array_info(const struct gguf_edit *edit, const char *key, enum gguf_type *elem,
+                                uint64_t *count) {
+    uint32_t type, elem_type;
     const uint8_t *value;
     uint64_t len;
     tandem_err e = current_value(edit, key, &type, &value, &len);
     if (e == TANDEM_OK && type != GGUF_TYPE_ARRAY)
         e = TANDEM_ERR_TYPE;
-    if (e == TANDEM_OK)
+    if (e == TANDEM_OK) {
+        memcpy(&elem_type, value, 4);
         memcpy(count, value + 4, sizeof *count);
+        *elem = (enum gguf_type)elem_type;
+    }
     return e;
 }
 
-tandem_err gguf_edit_append_spec(struct gguf_edit *edit, const char *key, const char *typed,
+/* Replaces key's value by: array header (elem type, count) + the first
+ * old_bytes of old elements + the elements in more. */
+static tandem_err replace_array(struct gguf_edit *edit, const char *key, uint32_t elem,
+                                uint64_t count, const uint8_t *old, uint64_t old_bytes,
+                                const void *more, size_t more_bytes) {
+    struct mem_buf joined;
+    mem_buf_init(&joined, VALUE_MAX);
+    tandem_err e = put_u32(&joined, GGUF_TYPE_ARRAY);
+    if (e == TANDEM_OK) e = put_u32(&joined, elem);
+    if (e == TANDEM_OK) e = put_u64(&joined, count);
+    if (e == TANDEM_OK) e = put(&joined, old, (size_t)old_bytes);
+    if (e == TANDEM_OK && more_bytes) e = put(&joined, more, more_bytes);
+    struct change *c = e == TANDEM_OK ? fresh_change(edit, key) : NULL; /* frees old: used above */
+    if (e == TANDEM_OK && !c)
+        e = TANDEM_ERR_NOMEM;
+    if (c)
+        c->value = joined; /* the change takes the bytes */
+    else
+        mem_buf_deinit(&joined);
+    return e;
+}
+
+tandem_err gguf_edit_append_json(struct gguf_edit *edit, const char *key, const char *json_array,
                                  char *err, size_t errlen) {
-    uint32_t type;
+    uint32_t type, elem;
     const uint8_t *old;
-    uint64_t old_len;
+    uint64_t old_len, n_old, n_more;
     if (current_value(edit, key, &type, &old, &old_len) != TANDEM_OK) {
         tandem_errmsg(err, errlen, "%s: no such key to append to", key);
         return TANDEM_ERR_NOTFOUND;
     }
-    struct mem_buf more, joined;
+    if (type != GGUF_TYPE_ARRAY) {
+        tandem_errmsg(err, errlen, "%s: not an array", key);
+        return TANDEM_ERR_TYPE;
+    }
+    memcpy(&elem, old, 4);
+    memcpy(&n_old, old + 4, 8);
+    struct mem_buf more;
     mem_buf_init(&more, VALUE_MAX);
-    mem_buf_init(&joined, VALUE_MAX);
     char why[512] = "";
-    tandem_err e = encode_typed(&more, typed, why, sizeof why);
-    if (e != TANDEM_OK)
-        tandem_errmsg(err, errlen, "%s: %s", key, why);
-    uint32_t more_type = 0;
-    if (e == TANDEM_OK)
-        memcpy(&more_type, more.data, 4);
-    if (e == TANDEM_OK && (type != GGUF_TYPE_ARRAY || more_type != GGUF_TYPE_ARRAY ||
-                           memcmp(old, more.data + 4, 4) != 0)) {
-        tandem_errmsg(err, errlen, "%s: appending needs an array of the same element type", key);
-        e = TANDEM_ERR_TYPE;
-    }
-    uint64_t n_old, n_more;
+    tandem_err e = put_array_json(&more, (enum gguf_type)elem, json_array, why, sizeof why);
     if (e == TANDEM_OK) {
-        memcpy(&n_old, old + 4, 8);
-        memcpy(&n_more, more.data + 8, 8);
-        e = put_u32(&joined, GGUF_TYPE_ARRAY);
-    }
-    if (e == TANDEM_OK) e = put(&joined, old, 4);
-    if (e == TANDEM_OK) e = put_u64(&joined, n_old + n_more);
-    if (e == TANDEM_OK) e = put(&joined, old + 12, (size_t)(old_len - 12));
-    if (e == TANDEM_OK) e = put(&joined, more.data + 16, more.len - 16);
-    struct change *c = e == TANDEM_OK ? fresh_change(edit, key) : NULL;
-    if (e == TANDEM_OK && !c)
-        e = TANDEM_ERR_NOMEM;
-    if (c) {
-        c->value = joined; /* the change takes the bytes */
-        mem_buf_init(&joined, VALUE_MAX);
+        memcpy(&n_more, more.data + 8, 8); /* after: u32 ARRAY, u32 elem */
+        e = replace_array(edit, key, elem, n_old + n_more, old + 12, old_len - 12, more.data + 16,
+                          more.len - 16);
+    } else {
+        tandem_errmsg(err, errlen, "%s: %s", key, why);
     }
     mem_buf_deinit(&more);
-    mem_buf_deinit(&joined);
     return e;
+}
+
+/* Bytes taken by the first n elements of an encoded array body (after its
+ * 12-byte header); the body came from a validated file or our own encoder. */
+static uint64_t elements_bytes(uint32_t elem, const uint8_t *body, uint64_t body_len, uint64_t n) {
+    static const uint8_t fixed[GGUF_TYPE_COUNT_] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    if (elem != GGUF_TYPE_STRING)
+        return n * fixed[elem < GGUF_TYPE_COUNT_ ? elem : 0];
+    uint64_t off = 0, len;
+    for (uint64_t i = 0; i < n && off + 8 <= body_len; i++) {
+        memcpy(&len, body + off, 8);
+        off += 8 + len;
+    }
+    return off;
+}
+
+tandem_err gguf_edit_truncate(struct gguf_edit *edit, const char *key, uint64_t n) {
+    uint32_t type, elem;
+    const uint8_t *old;
+    uint64_t old_len, count;
+    tandem_err e = current_value(edit, key, &type, &old, &old_len);
+    if (e != TANDEM_OK)
+        return e;
+    if (type != GGUF_TYPE_ARRAY)
+        return TANDEM_ERR_TYPE;
+    memcpy(&elem, old, 4);
+    memcpy(&count, old + 4, 8);
+    if (count <= n)
+        return TANDEM_OK;
+    return replace_array(edit, key, elem, n, old + 12, elements_bytes(elem, old + 12, old_len - 12, n),
+                         NULL, 0);
 }
 
 static int tensor_name_taken(const struct gguf_edit *edit, const char *name) {

@@ -199,12 +199,20 @@ Test(gguf_edit, synthesis_from_nothing_with_copied_appended_keys_and_filled_tens
     cr_assert_eq(gguf_edit_new(NULL, &e), TANDEM_OK);
     cr_assert_eq(gguf_edit_copy_kv(e, gguf_kv_find(src, "general.architecture")), TANDEM_OK);
     cr_assert_eq(gguf_edit_set_spec(e, "t.tokens=arr[str]:[\"a\",\"b\"]", err, sizeof err), TANDEM_OK);
-    cr_assert_eq(gguf_edit_append_spec(e, "t.tokens", "arr[str]:[\"c\"]", err, sizeof err), TANDEM_OK);
+    cr_assert_eq(gguf_edit_append_json(e, "t.tokens", "[\"c\", \"d\"]", err, sizeof err), TANDEM_OK);
     uint64_t n = 0;
-    cr_assert_eq(gguf_edit_array_count(e, "t.tokens", &n), TANDEM_OK);
+    enum gguf_type elem;
+    cr_assert_eq(gguf_edit_array_info(e, "t.tokens", &elem, &n), TANDEM_OK);
+    cr_expect_eq(n, 4);
+    cr_expect_eq(elem, GGUF_TYPE_STRING);
+    cr_assert_eq(gguf_edit_truncate(e, "t.tokens", 3), TANDEM_OK);
+    cr_assert_eq(gguf_edit_array_info(e, "t.tokens", &elem, &n), TANDEM_OK);
     cr_expect_eq(n, 3);
-    cr_expect_eq(gguf_edit_append_spec(e, "t.tokens", "arr[u8]:[1]", err, sizeof err), TANDEM_ERR_TYPE);
-    cr_expect_eq(gguf_edit_append_spec(e, "t.none", "arr[u8]:[1]", err, sizeof err), TANDEM_ERR_NOTFOUND);
+    cr_expect_eq(gguf_edit_append_json(e, "t.tokens", "[1]", err, sizeof err), TANDEM_ERR_INVAL,
+                 "elements must match the array's type");
+    cr_expect_eq(gguf_edit_append_json(e, "t.none", "[1]", err, sizeof err), TANDEM_ERR_NOTFOUND);
+    cr_expect_eq(gguf_edit_append_json(e, "general.architecture", "[1]", err, sizeof err),
+                 TANDEM_ERR_TYPE);
 
     struct tensor_fill one = {.kind = TENSOR_FILL_CONST, .value = 1.0f};
     struct tensor_fill hole = {.kind = TENSOR_FILL_HOLE};
