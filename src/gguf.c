@@ -136,29 +136,13 @@ struct gguf {
     uint64_t alignment;
     uint64_t data_offset;
     struct gguf_kv *kv;
-    uint64_t n_kv, cap_kv;
+    uint64_t n_kv;
+    size_t cap_kv;
     struct gguf_tensor *tensors;
-    uint64_t n_tensors, cap_tensors;
+    uint64_t n_tensors;
+    size_t cap_tensors;
     struct name_index kv_index, tensor_index;
 };
-
-/* Grows *arr (elements of elem bytes, capacity *cap) to hold at least need
- * entries, never beyond limit (the validated count from the file). */
-static tandem_err grow(void **arr, uint64_t *cap, uint64_t need, size_t elem, uint64_t limit) {
-    if (need <= *cap)
-        return TANDEM_OK;
-    uint64_t n = *cap ? *cap * 2 : 16;
-    if (n > limit)
-        n = limit;
-    if (n < need || n > SIZE_MAX / elem)
-        return TANDEM_ERR_NOMEM;
-    void *p = mem_realloc(*arr, (size_t)n * elem);
-    if (!p)
-        return TANDEM_ERR_NOMEM;
-    *arr = p;
-    *cap = n;
-    return TANDEM_OK;
-}
 
 /* --- little-endian decoding (no alignment assumptions) ---------------------- */
 
@@ -500,7 +484,8 @@ static tandem_err parse_kv(struct rd *r, struct gguf *g, uint64_t i) {
 
 static tandem_err parse_kvs(struct rd *r, struct gguf *g, uint64_t n_kv) {
     for (uint64_t i = 0; i < n_kv; i++) {
-        tandem_err e = grow((void **)&g->kv, &g->cap_kv, i + 1, sizeof *g->kv, n_kv);
+        tandem_err e = mem_array_grow((void **)&g->kv, &g->cap_kv, (size_t)i + 1, sizeof *g->kv,
+                                      (size_t)n_kv);
         if (e)
             return fail_code(r, e, r->pos, "out of memory");
         if ((e = parse_kv(r, g, i)))
@@ -639,8 +624,8 @@ static tandem_err parse_tensor(struct rd *r, struct gguf *g, uint64_t i) {
 
 static tandem_err parse_tensors(struct rd *r, struct gguf *g, uint64_t n_tensors) {
     for (uint64_t i = 0; i < n_tensors; i++) {
-        tandem_err e = grow((void **)&g->tensors, &g->cap_tensors, i + 1, sizeof *g->tensors,
-                            n_tensors);
+        tandem_err e = mem_array_grow((void **)&g->tensors, &g->cap_tensors, (size_t)i + 1,
+                                      sizeof *g->tensors, (size_t)n_tensors);
         if (e)
             return fail_code(r, e, r->pos, "out of memory");
         if ((e = parse_tensor(r, g, i)))

@@ -90,14 +90,9 @@ static struct change *fresh_change(struct gguf_edit *edit, const char *key) {
     if (c) {
         mem_buf_deinit(&c->value);
     } else {
-        if (edit->n == edit->cap) {
-            size_t cap = edit->cap ? edit->cap * 2 : 8;
-            struct change *grown = mem_realloc(edit->changes, cap * sizeof *grown);
-            if (!grown)
-                return NULL;
-            edit->changes = grown;
-            edit->cap = cap;
-        }
+        if (mem_array_grow((void **)&edit->changes, &edit->cap, edit->n + 1, sizeof *edit->changes,
+                           SIZE_MAX) != TANDEM_OK)
+            return NULL;
         char *k = mem_strdup(key);
         if (!k)
             return NULL;
@@ -523,15 +518,9 @@ tandem_err gguf_edit_add_tensor(struct gguf_edit *edit, const char *name, uint32
     tandem_err e = check_new_tensor(edit, &t, name, err, errlen);
     if (e != TANDEM_OK)
         return e;
-    if (edit->n_added == edit->cap_added) {
-        size_t cap = edit->cap_added ? edit->cap_added * 2 : 16;
-        struct added_tensor *grown = mem_realloc(edit->added, cap * sizeof *grown);
-        if (!grown)
-            return TANDEM_ERR_NOMEM;
-        edit->added = grown;
-        edit->cap_added = cap;
-    }
-    if (!(t.name = mem_strdup(name)))
+    if (mem_array_grow((void **)&edit->added, &edit->cap_added, edit->n_added + 1,
+                       sizeof *edit->added, SIZE_MAX) != TANDEM_OK ||
+        !(t.name = mem_strdup(name)))
         return TANDEM_ERR_NOMEM;
     edit->added[edit->n_added++] = t;
     return TANDEM_OK;

@@ -77,6 +77,22 @@ char *mem_strdup(const char *s) {
     return mem_strndup(s, strlen(s));
 }
 
+tandem_err mem_array_grow(void **arr, size_t *cap, size_t need, size_t elem, size_t limit) {
+    if (need <= *cap)
+        return TANDEM_OK;
+    size_t n = *cap ? (*cap > SIZE_MAX / 2 ? SIZE_MAX : *cap * 2) : 16;
+    if (n > limit)
+        n = limit;
+    if (n < need || (elem && n > SIZE_MAX / elem))
+        return TANDEM_ERR_NOMEM;
+    void *p = mem_realloc(*arr, n * elem);
+    if (!p)
+        return TANDEM_ERR_NOMEM;
+    *arr = p;
+    *cap = n;
+    return TANDEM_OK;
+}
+
 void mem_free(void *p) {
     if (!p)
         return;

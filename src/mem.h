@@ -34,6 +34,12 @@ char *mem_strdup(const char *s);
  * terminated), or NULL on failure. Caller owns it. */
 char *mem_strndup(const char *s, size_t n);
 
+/* Grows the array *arr (elements of elem bytes, capacity *cap, both in-out) to
+ * hold at least need elements, doubling from 16 but never past limit (pass
+ * SIZE_MAX for none). On failure *arr and *cap are unchanged. Returns
+ * TANDEM_ERR_NOMEM when allocation fails or need exceeds limit. */
+tandem_err mem_array_grow(void **arr, size_t *cap, size_t need, size_t elem, size_t limit);
+
 /* Releases p, from any function above. mem_free(NULL) is a no-op. */
 void mem_free(void *p);
 

@@ -92,3 +92,20 @@ Test(mem, buf_reports_allocation_failure, .fini = disarm) {
     disarm();
     mem_buf_deinit(&b);
 }
+
+Test(mem, array_grow_doubles_respects_limit_and_keeps_state_on_failure, .fini = disarm) {
+    int *arr = NULL;
+    size_t cap = 0;
+    cr_assert_eq(mem_array_grow((void **)&arr, &cap, 1, sizeof *arr, SIZE_MAX), TANDEM_OK);
+    cr_expect_eq(cap, 16);
+    cr_assert_eq(mem_array_grow((void **)&arr, &cap, 17, sizeof *arr, 20), TANDEM_OK);
+    cr_expect_eq(cap, 20, "doubling stops at the limit");
+    cr_expect_eq(mem_array_grow((void **)&arr, &cap, 21, sizeof *arr, 20), TANDEM_ERR_NOMEM);
+    mem_fail_after(0);
+    cr_expect_eq(mem_array_grow((void **)&arr, &cap, 21, sizeof *arr, SIZE_MAX), TANDEM_ERR_NOMEM);
+    cr_expect_eq(cap, 20, "unchanged on failure");
+    disarm();
+    cr_expect_eq(mem_array_grow((void **)&arr, &cap, SIZE_MAX / 2, 8, SIZE_MAX), TANDEM_ERR_NOMEM,
+                 "overflowing sizes fail");
+    mem_free(arr);
+}
