@@ -83,16 +83,21 @@ def free_port():
         return s.getsockname()[1]
 
 
-def http(method, url, body=None, timeout=30):
-    """Returns (status, parsed JSON or text) for one request; never raises on HTTP errors."""
+def http_raw(method, url, body=None, timeout=30):
+    """Returns (status, raw body bytes) for one request; never raises on HTTP errors."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method,
                                  headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            status, raw = r.status, r.read()
+            return r.status, r.read()
     except urllib.error.HTTPError as e:
-        status, raw = e.code, e.read()
+        return e.code, e.read()
+
+
+def http(method, url, body=None, timeout=30):
+    """Returns (status, parsed JSON or text) for one request; never raises on HTTP errors."""
+    status, raw = http_raw(method, url, body, timeout)
     try:
         return status, json.loads(raw)
     except ValueError:
