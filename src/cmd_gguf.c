@@ -278,8 +278,12 @@ static int add_tensors(struct synth *sy, const json_t *tensors, uint64_t seed) {
         }
         size_t j;
         const json_t *layer;
+        if (!json_is_array(layers))
+            return fail(sy, pattern, "\"layers\" must be an array of layer numbers");
         json_array_foreach(layers, j, layer) {
             char name[128];
+            if (!json_is_integer(layer) || json_integer_value(layer) < 0)
+                return fail(sy, pattern, "\"layers\" must be an array of layer numbers");
             layer_name(name, sizeof name, pattern, (long)json_integer_value(layer));
             if (add_tensor(sy, t, name, seed))
                 return 1;
@@ -354,9 +358,48 @@ static int array_op(struct synth *sy, const json_t *op, size_t i) {
     return e == TANDEM_OK ? 0 : fail(sy, where, sy->err);
 }
 
+/* Refuses keys outside allowed (NULL-terminated), so that a typo is an error. */
+static int known_keys(struct synth *sy, const json_t *obj, const char *where,
+                      const char *const *allowed) {
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        const char *const *a = allowed;
+        while (*a && strcmp(*a, key))
+            a++;
+        if (!*a) {
+            char what[160];
+            snprintf(what, sizeof what, "unknown field \"%s\"", key);
+            return fail(sy, where, what);
+        }
+    }
+    return 0;
+}
+
+static int check_fields(struct synth *sy, const json_t *spec) {
+    static const char *const top[] = {"description", "seed", "copy", "set", "arrays", "tensors", NULL};
+    static const char *const tensor[] = {"name", "layers", "shape", "type", "fill", "value", "mean",
+                                         "std", NULL};
+    if (known_keys(sy, spec, "spec", top))
+        return 1;
+    size_t i;
+    const json_t *t;
+    json_array_foreach(json_object_get(spec, "tensors"), i, t) {
+        char where[64];
+        snprintf(where, sizeof where, "tensors[%zu]", i);
+        if (!json_is_object(t))
+            return fail(sy, where, "expected an object");
+        if (known_keys(sy, t, where, tensor))
+            return 1;
+    }
+    return 0;
+}
+
 static int apply_spec(struct synth *sy, const json_t *spec) {
     size_t i;
     const json_t *v;
+    if (check_fields(sy, spec))
+        return 1;
     json_array_foreach(json_object_get(spec, "copy"), i, v)
         if (copy_keys(sy, v, i))
             return 1;

@@ -169,3 +169,26 @@ def test_bad_edits_and_bad_files_fail_clearly(tandem_bin, smollm2_path, tmp_path
     bad = tandem(tandem_bin, "inspect", str(truncated), check=False)
     assert bad.returncode == 1
     assert bad.stderr.startswith(f"{truncated}: offset ") and bad.stderr.count("\n") == 1, bad.stderr
+
+
+@pytest.mark.parametrize("spec, message", [
+    ('{"seed": 1, "tensor": []}', 'spec: unknown field "tensor"'),
+    ('{"tensors": [{"name": "a", "shape": [4], "type": "F32", "fil": "normal"}]}',
+     'tensors[0]: unknown field "fil"'),
+    ('{"tensors": [{"name": "a.{i}", "layers": ["x"], "shape": [4], "type": "F32"}]}',
+     'a.{i}: "layers" must be an array of layer numbers'),
+    ('{"tensors": [{"name": "a", "shape": [4], "type": "Q9_X"}]}', "a: type must name a ggml type"),
+    ('{"tensors": [{"name": "a", "shape": [100], "type": "Q4_K"}]}', "a: tensor 'a': invalid type or shape"),
+    ('{"tensors": [{"name": "a", "shape": ["vocab"], "type": "F32"}]}', 'a dimension must be'),
+    ('{"set": ["x=u8:300"]}', "set[0]: x: 300 does not fit in UINT8"),
+    ('{"arrays": [{"key": "nope", "append": [1]}]}', 'arrays[0]: "key" must name an array'),
+    ('{"copy": [{"from": "missing.gguf", "prefix": "x"}]}', "copy[0]: "),
+    ('{"tensors": [', "]' expected"),
+])
+def test_synth_refuses_bad_specs_by_name(tandem_bin, tmp_path, spec, message):
+    path = tmp_path / "spec.json"
+    path.write_text(spec)
+    out = tmp_path / "out.gguf"
+    bad = tandem(tandem_bin, "gguf", "synth", str(path), str(out), check=False)
+    assert bad.returncode == 1 and message in bad.stderr and bad.stderr.startswith(str(path)), bad.stderr
+    assert not out.exists()
