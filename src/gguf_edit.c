@@ -1,15 +1,16 @@
-/* gguf_edit.c: the GGUF writer behind `tandem gguf set` and `tandem gguf rm`.
+/* gguf_edit.c: the GGUF writer behind `tandem gguf set|rm|synth`.
  *
  * A change is a key plus either a removal mark or its new value, already
  * encoded as GGUF bytes (u32 type, then the value). Writing never re-encodes
  * untouched source values: their raw bytes are copied from the mapping, so a
- * key/value that was not edited reads back bit-identical. Tensor data is
- * streamed from the source mapping in index order, each tensor placed at the
- * next multiple of the output's alignment. */
+ * key/value that was not edited reads back bit-identical. Output tensors are
+ * the source's (streamed from its mapping) followed by added ones (generated
+ * row by row by tensor_fill; holes are skipped with a seek, so they stay
+ * sparse), each placed at the next multiple of the output's alignment. With
+ * no source, the edit starts from an empty GGUF v3. */
 #include "gguf_edit.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdint.h>
