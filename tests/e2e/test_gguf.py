@@ -192,3 +192,16 @@ def test_synth_refuses_bad_specs_by_name(tandem_bin, tmp_path, spec, message):
     bad = tandem(tandem_bin, "gguf", "synth", str(path), str(out), check=False)
     assert bad.returncode == 1 and message in bad.stderr and bad.stderr.startswith(str(path)), bad.stderr
     assert not out.exists()
+
+
+MALFORMED = sorted((Path(__file__).resolve().parents[1] / "data" / "gguf").glob("*.gguf"))
+
+
+@pytest.mark.parametrize("path", MALFORMED, ids=[p.stem for p in MALFORMED])
+def test_inspect_refuses_each_malformed_file_in_one_line(tandem_bin, path):
+    """The CLI view of the corpus the unit tests replay: exit 1, exactly the expected line."""
+    rel = path.relative_to(Path(__file__).resolve().parents[2])
+    out = subprocess.run([str(tandem_bin), "inspect", str(rel)], capture_output=True, text=True,
+                         timeout=30, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr == path.with_suffix(".expected").read_text().rstrip("\n") + "\n"
