@@ -8,7 +8,7 @@ include scripts/pins.env
 
 CC      ?= cc
 OPT     ?= -O2 -g
-CUDA    ?= 0
+CUDA    ?=
 PYTHON  ?= python3
 
 BUILD   := build
@@ -91,7 +91,7 @@ fuzz: $(BUILD)/fuzz/fuzz_gguf venv
 # --- dependencies: packages, engine, models, Python -------------------------
 deps:
 	@scripts/install-deps.sh
-	@CUDA=$(CUDA) scripts/build-engine.sh
+	@$(if $(CUDA),CUDA=$(CUDA) )scripts/build-engine.sh
 	@scripts/fetch-models.sh
 	@$(MAKE) --no-print-directory venv
 

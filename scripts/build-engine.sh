@@ -11,12 +11,18 @@
 # complete, so an interrupted build never leaves a half-installed engine (the
 # cmake build folder survives an interruption, so a rerun resumes it).
 #
-# Environment: CUDA=1 builds with -DGGML_CUDA=ON; ENGINE_CMAKE_ARGS adds cmake flags;
+# Environment: CUDA=1 builds with -DGGML_CUDA=ON and CUDA=0 the CPU engine; with CUDA
+# unset, any cached build of the pinned source is kept (a CPU one is built when there is
+# none), so `make test` never replaces a CUDA engine. ENGINE_CMAKE_ARGS adds cmake flags;
 # JOBS sets build parallelism (default: all cores).
 set -euo pipefail
 LOG_TAG=build-engine
 . "$(dirname "$0")/lib.sh"
 
+case "${CUDA:-}" in
+  ""|0|1) ;;
+  *) die "CUDA must be 1 (CUDA engine), 0 (CPU engine) or unset, not '$CUDA'" ;;
+esac
 backend=cpu
 cmake_flags=(
   -DCMAKE_BUILD_TYPE=Release
@@ -50,7 +56,11 @@ reports_pinned_build() {
 
 cached_ok() {
   [[ -x "$final/bin/llama-server" && -f "$final/BUILD-INFO" ]] || return 1
-  [[ "$(grep -v '^built_at=' "$final/BUILD-INFO")" == "$want_info" ]] || return 1
+  if [[ -z "${CUDA:-}" ]]; then  # any backend will do, as long as it is the pinned source
+    grep -qx "sdist_sha256=$ENGINE_SDIST_SHA256" "$final/BUILD-INFO" || return 1
+  else
+    [[ "$(grep -v '^built_at=' "$final/BUILD-INFO")" == "$want_info" ]] || return 1
+  fi
   reports_pinned_build "$final/bin/llama-server"
 }
 
@@ -59,7 +69,7 @@ exec 9>"$engine_root/.lock"
 flock 9   # one build at a time; a waiting run then finds the finished cache
 
 if cached_ok; then
-  log "cached: llama-server b$ENGINE_BUILD ($backend) at $final/bin/llama-server"
+  log "cached: llama-server b$ENGINE_BUILD ($(sed -n 's/^backend=//p' "$final/BUILD-INFO")) at $final/bin/llama-server"
   exit 0
 fi
 
