@@ -49,9 +49,19 @@ sdist=$ENGINE_SDIST
 sdist_sha256=$ENGINE_SDIST_SHA256
 cmake_flags=${cmake_flags[*]}"
 
-# reports_pinned_build BIN: true when BIN runs and says it is build $ENGINE_BUILD.
+# reports_pinned_build BIN: true when BIN says it is build $ENGINE_BUILD. A CUDA engine
+# cannot start where no NVIDIA driver (libcuda.so.1) is installed, e.g. on a build-only
+# machine; its compiled-in commit stamp is checked instead.
 reports_pinned_build() {
-  "$1" --version 2>&1 | grep -q "(build $ENGINE_BUILD, commit $ENGINE_COMMIT)"
+  local out
+  if out=$("$1" --version 2>&1); then
+    grep -q "(build $ENGINE_BUILD, commit $ENGINE_COMMIT)" <<<"$out"
+  elif grep -q "libcuda.so.1" <<<"$out"; then
+    log "note: no NVIDIA driver on this machine, so the CUDA engine cannot run here"
+    grep -qa "$ENGINE_COMMIT" "$1"
+  else
+    return 1
+  fi
 }
 
 cached_ok() {
