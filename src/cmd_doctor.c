@@ -16,6 +16,7 @@
 #include "cache.h"
 #include "engine.h"
 #include "host.h"
+#include "mem.h"
 #include "nvml.h"
 #include "units.h"
 #include "version.h"
@@ -103,16 +104,22 @@ static void check_models(void) {
         free(list);
         return;
     }
-    uint64_t total = 0;
-    for (int i = 0; i < n; i++)
-        total += file_size(dir, list[i]->d_name);
+    uint64_t total = 0, *sizes = mem_alloc_array((size_t)n, sizeof *sizes);
+    for (int i = 0; i < n; i++) {
+        uint64_t bytes = file_size(dir, list[i]->d_name);
+        if (sizes)
+            sizes[i] = bytes;
+        total += bytes;
+    }
     printf(STATUS_FMT "%s: %d GGUF file%s, %s\n", "models", "ok", dir, n, n == 1 ? "" : "s",
            units_format_bytes(total, size, sizeof size));
     for (int i = 0; i < n; i++) {
-        printf(DETAIL_FMT "%-40s %10s\n", "", list[i]->d_name,
-               units_format_bytes(file_size(dir, list[i]->d_name), size, sizeof size));
+        if (sizes)
+            printf(DETAIL_FMT "%-40s %10s\n", "", list[i]->d_name,
+                   units_format_bytes(sizes[i], size, sizeof size));
         free(list[i]);
     }
+    mem_free(sizes);
     free(list);
 }
 

@@ -90,8 +90,9 @@ static json_t *tensor_summary(const struct gguf *g, uint64_t *params) {
             row = json_pack("{s:I, s:I}", "count", (json_int_t)0, "bytes", (json_int_t)0);
             json_object_set_new(by_type, info->name, row);
         }
-        json_object_set_new(row, "count", json_integer(json_integer_value(json_object_get(row, "count")) + 1));
-        json_object_set_new(row, "bytes", json_integer(json_integer_value(json_object_get(row, "bytes")) + (json_int_t)t->size));
+        json_t *count = json_object_get(row, "count"), *bytes = json_object_get(row, "bytes");
+        json_integer_set(count, json_integer_value(count) + 1);
+        json_integer_set(bytes, json_integer_value(bytes) + (json_int_t)t->size);
     }
     return by_type;
 }

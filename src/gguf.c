@@ -159,9 +159,9 @@ static uint64_t le64(const uint8_t *p) {
 }
 
 /* Bytes of one encoded scalar; 0 for STRING, ARRAY and unknown types. */
-static uint64_t scalar_size(uint32_t t) {
+uint64_t gguf_type_size(enum gguf_type t) {
     static const uint8_t sizes[GGUF_TYPE_COUNT_] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    return t < GGUF_TYPE_COUNT_ ? sizes[t] : 0;
+    return (unsigned)t < GGUF_TYPE_COUNT_ ? sizes[t] : 0;
 }
 
 const char *gguf_type_name(enum gguf_type t) {
@@ -410,7 +410,7 @@ static tandem_err parse_array(struct rd *r, struct gguf_kv *kv) {
     if ((e = rd_u64(r, "array count", &kv->arr_count)))
         return e;
     kv->arr_type = (enum gguf_type)et;
-    uint64_t n = kv->arr_count, esize = et == GGUF_TYPE_STRING ? 8 : scalar_size(et);
+    uint64_t n = kv->arr_count, esize = et == GGUF_TYPE_STRING ? 8 : gguf_type_size(et);
     if (n > GGUF_MAX_ARRAY_ELEMENTS)
         return fail(r, count_off, "expected at most %u array elements, found %" PRIu64,
                     GGUF_MAX_ARRAY_ELEMENTS, n);
@@ -436,9 +436,9 @@ static tandem_err parse_value(struct rd *r, struct gguf_kv *kv) {
         return parse_array(r, kv);
     default:
         snprintf(desc, sizeof desc, "%s value", gguf_type_name(kv->type));
-        tandem_err e = need(r, scalar_size(kv->type), desc);
+        tandem_err e = need(r, gguf_type_size(kv->type), desc);
         if (!e)
-            r->pos += scalar_size(kv->type);
+            r->pos += gguf_type_size(kv->type);
         return e;
     }
 }
@@ -914,7 +914,7 @@ static tandem_err scalar_at(const struct gguf_kv *kv, bool (*ok)(enum gguf_type)
         return TANDEM_ERR_NOTFOUND;
     if (!ok(kv->type))
         return TANDEM_ERR_TYPE;
-    if (!kv->value || kv->value_len < scalar_size(kv->type))
+    if (!kv->value || kv->value_len < gguf_type_size(kv->type))
         return TANDEM_ERR_FORMAT;
     *p = kv->value;
     return TANDEM_OK;
@@ -929,7 +929,7 @@ static tandem_err elem_at(const struct gguf_kv *kv, uint64_t i, bool (*ok)(enum 
         return TANDEM_ERR_TYPE;
     if (i >= kv->arr_count)
         return TANDEM_ERR_RANGE;
-    uint64_t es = scalar_size(kv->arr_type);
+    uint64_t es = gguf_type_size(kv->arr_type);
     if (!kv->value || kv->value_len < ARRAY_HDR_BYTES ||
         i >= (kv->value_len - ARRAY_HDR_BYTES) / es)
         return TANDEM_ERR_FORMAT;

@@ -108,6 +108,10 @@ uint64_t gguf_data_offset(const struct gguf *g); /* file offset of the data sect
 uint64_t gguf_kv_count(const struct gguf *g);
 uint64_t gguf_tensor_count(const struct gguf *g);
 
+/* Returns the encoded size in bytes of one scalar of type t (BOOL: 1);
+ * 0 for STRING, ARRAY and invalid types. */
+uint64_t gguf_type_size(enum gguf_type t);
+
 /* Returns the static upper-case name of t ("UINT32"), "unknown" if invalid. */
 const char *gguf_type_name(enum gguf_type t);
 

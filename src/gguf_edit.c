@@ -24,7 +24,6 @@
 #include "mem.h"
 
 #define VALUE_MAX ((size_t)1 << 30) /* largest value one spec may produce */
-#define DEFAULT_ALIGNMENT 32
 #define WRITE_BUFFER ((size_t)1 << 20)
 
 struct change {
@@ -49,12 +48,6 @@ struct gguf_edit {
     size_t n_added, cap_added;
 };
 
-/* The source's facts, with an empty GGUF v3 standing in for a NULL source. */
-static uint64_t src_kv_count(const struct gguf_edit *e) { return e->src ? gguf_kv_count(e->src) : 0; }
-static uint64_t src_tensor_count(const struct gguf_edit *e) { return e->src ? gguf_tensor_count(e->src) : 0; }
-static const struct gguf_kv *src_kv_find(const struct gguf_edit *e, const char *key) {
-    return e->src ? gguf_kv_find(e->src, key) : NULL;
-}
 
 tandem_err gguf_edit_new(const struct gguf *src, struct gguf_edit **out) {
     *out = mem_calloc(1, sizeof **out);
@@ -140,14 +133,10 @@ static int type_from_name(const char *name, size_t len, enum gguf_type *out) {
     return 0;
 }
 
+/* Bytes of an integer type, 0 for every other type. */
 static size_t int_width(enum gguf_type t) {
-    switch (t) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: return 8;
-    default: return 0;
-    }
+    int is_int = t <= GGUF_TYPE_INT32 || t == GGUF_TYPE_UINT64 || t == GGUF_TYPE_INT64;
+    return is_int ? (size_t)gguf_type_size(t) : 0;
 }
 
 static int is_signed(enum gguf_type t) {
@@ -338,7 +327,7 @@ tandem_err gguf_edit_set_spec(struct gguf_edit *edit, const char *spec, char *er
 }
 
 tandem_err gguf_edit_remove(struct gguf_edit *edit, const char *key, char *err, size_t errlen) {
-    if (!src_kv_find(edit, key)) {
+    if (!gguf_kv_find(edit->src, key)) {
         tandem_errmsg(err, errlen, "%s: no such key", key);
         return TANDEM_ERR_NOTFOUND;
     }
@@ -372,7 +361,7 @@ static tandem_err current_value(const struct gguf_edit *edit, const char *key, u
         *len = c->value.len - 4;
         return TANDEM_OK;
     }
-    const struct gguf_kv *kv = c ? NULL : src_kv_find(edit, key);
+    const struct gguf_kv *kv = c ? NULL : gguf_kv_find(edit->src, key);
     if (!kv)
         return TANDEM_ERR_NOTFOUND;
     *type = kv->type;
@@ -452,9 +441,8 @@ tandem_err gguf_edit_append_json(struct gguf_edit *edit, const char *key, const 
 /* Bytes taken by the first n elements of an encoded array body (after its
  * 12-byte header); the body came from a validated file or our own encoder. */
 static uint64_t elements_bytes(uint32_t elem, const uint8_t *body, uint64_t body_len, uint64_t n) {
-    static const uint8_t fixed[GGUF_TYPE_COUNT_] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
     if (elem != GGUF_TYPE_STRING)
-        return n * fixed[elem < GGUF_TYPE_COUNT_ ? elem : 0];
+        return n * gguf_type_size((enum gguf_type)elem);
     uint64_t off = 0, len;
     for (uint64_t i = 0; i < n && off + 8 <= body_len; i++) {
         memcpy(&len, body + off, 8);
@@ -481,7 +469,7 @@ tandem_err gguf_edit_truncate(struct gguf_edit *edit, const char *key, uint64_t 
 }
 
 static int tensor_name_taken(const struct gguf_edit *edit, const char *name) {
-    if (edit->src && gguf_tensor_find(edit->src, name))
+    if (gguf_tensor_find(edit->src, name))
         return 1;
     for (size_t i = 0; i < edit->n_added; i++)
         if (!strcmp(edit->added[i].name, name))
@@ -562,11 +550,11 @@ static const struct change *change_for(const struct gguf_edit *edit, const struc
 }
 
 static int is_new_key(const struct gguf_edit *edit, const struct change *c) {
-    return !c->remove && !src_kv_find(edit, c->key);
+    return !c->remove && !gguf_kv_find(edit->src, c->key);
 }
 
 static uint64_t output_kv_count(const struct gguf_edit *edit) {
-    uint64_t n = src_kv_count(edit);
+    uint64_t n = gguf_kv_count(edit->src);
     for (size_t i = 0; i < edit->n; i++) {
         if (edit->changes[i].remove)
             n--;
@@ -576,22 +564,19 @@ static uint64_t output_kv_count(const struct gguf_edit *edit) {
     return n;
 }
 
-/* The output's alignment: an edited general.alignment must be a u32 power of two. */
+/* The output's alignment: general.alignment as the edit leaves it (absent: 32),
+ * which must be a u32 power of two. */
 static tandem_err output_alignment(const struct gguf_edit *edit, uint64_t *out, char *err,
                                    size_t errlen) {
-    const struct change *c = find_change(edit, "general.alignment", strlen("general.alignment"));
-    if (!c) {
-        *out = edit->src ? gguf_alignment(edit->src) : DEFAULT_ALIGNMENT;
-        return TANDEM_OK;
-    }
-    if (c->remove) {
-        *out = DEFAULT_ALIGNMENT;
-        return TANDEM_OK;
-    }
     uint32_t type, v = 0;
-    memcpy(&type, c->value.data, sizeof type);
+    const uint8_t *value;
+    uint64_t len;
+    if (current_value(edit, "general.alignment", &type, &value, &len) != TANDEM_OK) {
+        *out = GGUF_DEFAULT_ALIGNMENT;
+        return TANDEM_OK;
+    }
     if (type == GGUF_TYPE_UINT32)
-        memcpy(&v, c->value.data + 4, sizeof v);
+        memcpy(&v, value, sizeof v);
     if (type != GGUF_TYPE_UINT32 || v == 0 || (v & (v - 1))) {
         tandem_errmsg(err, errlen, "general.alignment must be a u32 power of two");
         return TANDEM_ERR_INVAL;
@@ -612,7 +597,7 @@ static void write_kv(struct out *o, const struct gguf_kv *kv, const struct chang
 }
 
 static void write_kvs(struct out *o, const struct gguf_edit *edit) {
-    for (uint64_t i = 0; i < src_kv_count(edit); i++) {
+    for (uint64_t i = 0; i < gguf_kv_count(edit->src); i++) {
         const struct gguf_kv *kv = gguf_kv_at(edit->src, i);
         const struct change *c = change_for(edit, kv);
         if (!c || !c->remove)
@@ -640,16 +625,16 @@ struct out_tensor {
 };
 
 static uint64_t out_tensor_count(const struct gguf_edit *edit) {
-    return src_tensor_count(edit) + edit->n_added;
+    return gguf_tensor_count(edit->src) + edit->n_added;
 }
 
 static struct out_tensor out_tensor_at(const struct gguf_edit *edit, uint64_t i) {
-    if (i < src_tensor_count(edit)) {
+    if (i < gguf_tensor_count(edit->src)) {
         const struct gguf_tensor *t = gguf_tensor_at(edit->src, i);
         return (struct out_tensor){t->name.ptr, t->name.len, t->n_dims, t->type, t->ne, t->size,
                                    gguf_tensor_data(edit->src, t), NULL};
     }
-    const struct added_tensor *a = &edit->added[i - src_tensor_count(edit)];
+    const struct added_tensor *a = &edit->added[i - gguf_tensor_count(edit->src)];
     return (struct out_tensor){a->name, strlen(a->name), a->n_dims, a->type, a->ne, a->size,
                                NULL, &a->fill};
 }
@@ -726,7 +711,7 @@ static tandem_err write_tensor_data(struct out *o, const struct gguf_edit *edit,
 static tandem_err write_stream(const struct gguf_edit *edit, FILE *f, uint64_t alignment) {
     struct out o = {.f = f};
     out_bytes(&o, "GGUF", 4);
-    out_u32(&o, edit->src ? gguf_version(edit->src) : 3);
+    out_u32(&o, edit->src ? gguf_version(edit->src) : 3); /* synthesis writes GGUF v3 */
     out_u64(&o, out_tensor_count(edit));
     out_u64(&o, output_kv_count(edit));
     write_kvs(&o, edit);

@@ -29,8 +29,6 @@ struct synth {
     size_t out_errlen;
     char dir[PATH_MAX];      /* the spec's folder: relative paths start there */
     struct gguf_edit *edit;
-    struct gguf *sources[16]; /* files keys were copied from; kept open until written */
-    size_t n_sources;
     char err[1024];
 };
 
@@ -77,24 +75,23 @@ static int copy_keys(struct synth *sy, const json_t *entry, size_t i) {
     const char *prefix = json_string_value(json_object_get(entry, "prefix"));
     if (!from || !prefix)
         return fail(sy, where, "expected {\"from\": FILE, \"prefix\": KEY-PREFIX}");
-    if (sy->n_sources == sizeof sy->sources / sizeof sy->sources[0])
-        return fail(sy, where, "too many source files");
     char *path = expand(sy, from, 1);
     struct gguf *g = NULL;
     tandem_err e = path ? gguf_open(path, &g, sy->err, sizeof sy->err) : TANDEM_ERR_NOMEM;
     mem_free(path);
     if (e != TANDEM_OK)
-        return fail(sy, where, sy->err);
-    sy->sources[sy->n_sources++] = g;
+        return fail(sy, where, e == TANDEM_ERR_NOMEM ? "out of memory" : sy->err);
     size_t plen = strlen(prefix), copied = 0;
-    for (uint64_t k = 0; k < gguf_kv_count(g); k++) {
+    for (uint64_t k = 0; e == TANDEM_OK && k < gguf_kv_count(g); k++) {
         const struct gguf_kv *kv = gguf_kv_at(g, k);
         if (kv->key.len >= plen && !memcmp(kv->key.ptr, prefix, plen)) {
-            if (gguf_edit_copy_kv(sy->edit, kv) != TANDEM_OK)
-                return fail(sy, where, "out of memory");
+            e = gguf_edit_copy_kv(sy->edit, kv); /* copies the bytes: g may close after */
             copied++;
         }
     }
+    gguf_free(g);
+    if (e != TANDEM_OK)
+        return fail(sy, where, "out of memory");
     return copied ? 0 : fail(sy, where, "no key in that file has this prefix");
 }
 
@@ -364,8 +361,6 @@ tandem_err synth_write(const char *spec_path, const char *out_path, char *err, s
     else if ((e = gguf_edit_write(sy.edit, out_path, sy.err, sizeof sy.err)) != TANDEM_OK)
         fail(&sy, out_path, sy.err);
     gguf_edit_free(sy.edit);
-    for (size_t i = 0; i < sy.n_sources; i++)
-        gguf_free(sy.sources[i]);
     json_decref(spec);
     return e;
 }
