@@ -28,7 +28,7 @@ PYTEST   := $(VENV)/bin/python -m pytest
 # $(call pkg,NAME,DEBIAN-PACKAGE,--cflags|--libs)
 pkg = $(if $(shell pkg-config --exists $(1) && echo yes),$(shell pkg-config $(3) $(1)),$(error $(1) not found by pkg-config: install the Debian package $(2) (or run `make deps`)))
 
-.PHONY: all test unit e2e asan fuzz fixtures deps venv run bench clean help
+.PHONY: all test unit e2e asan fuzz fixtures deps venv run bench bench-plan clean help
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/tandem
@@ -42,6 +42,7 @@ help:
 	@echo "make deps       system packages, pinned engine (CUDA=1 for a CUDA build), test models, venv"
 	@echo "make fixtures   build the decision-model fixtures into ~/.cache/tandem/fixtures"
 	@echo "make bench      benchmarks; tables land in docs/"
+	@echo "make bench-plan the planner against the engine's own buffers (docs/planner-accuracy.md)"
 	@echo "make clean      remove build/ (the cache in ~/.cache/tandem stays)"
 
 # --- generated header: the pins the binary reports -------------------------
@@ -126,9 +127,13 @@ run: deps all
 	@echo "make run: until then it runs the engine smoke test on SmolLM2-135M."
 	$(PYTEST) -v -s tests/e2e/test_engine_smoke.py
 
-bench: deps all
+bench: deps all bench-plan
 	$(VENV)/bin/python bench/engine_start.py --out docs/bench-engine-start.md
 	$(VENV)/bin/python bench/inspect_large.py --tandem $(BUILD)/tandem --out docs/bench-inspect-large.md
+
+bench-plan: deps all
+	@$(MAKE) --no-print-directory fixtures
+	$(VENV)/bin/python bench/plan_accuracy.py --tandem $(BUILD)/tandem --out docs/planner-accuracy.md
 
 clean:
 	rm -rf $(BUILD)

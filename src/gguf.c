@@ -833,6 +833,8 @@ const struct gguf_tensor *gguf_tensor_find(const struct gguf *g, const char *nam
     return i < g->n_tensors ? &g->tensors[i] : NULL;
 }
 
+const uint8_t *gguf_header_bytes(const struct gguf *g) { return g ? g->base : NULL; }
+
 const void *gguf_tensor_data(const struct gguf *g, const struct gguf_tensor *t) {
     if (!g || !t || !g->base)
         return NULL;

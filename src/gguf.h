@@ -167,6 +167,11 @@ tandem_err gguf_get_str(const struct gguf *g, const char *key, struct gguf_str *
 tandem_err gguf_get_arr(const struct gguf *g, const char *key, enum gguf_type *elem,
                         uint64_t *count);
 
+/* Returns the first byte of the file (or buffer); the header occupies
+ * [0, min(gguf_data_offset(), gguf_file_size())). NULL for an empty buffer.
+ * Valid until gguf_free(). */
+const uint8_t *gguf_header_bytes(const struct gguf *g);
+
 /* Returns the i-th tensor info in file order, NULL when i >= tensor_count.
  * Owned by g. */
 const struct gguf_tensor *gguf_tensor_at(const struct gguf *g, uint64_t i);

@@ -19,6 +19,21 @@ static tandem_err digest_stream(FILE *f, EVP_MD_CTX *ctx, unsigned char *chunk) 
     return ferror(f) ? TANDEM_ERR_IO : TANDEM_OK;
 }
 
+static void to_hex(const unsigned char md[32], char hex[HASH_SHA256_HEX_LEN + 1]) {
+    for (unsigned i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}
+
+tandem_err hash_buffer_sha256(const void *data, size_t len, char hex[HASH_SHA256_HEX_LEN + 1]) {
+    unsigned char md[32];
+    unsigned int md_len = 0;
+    if (EVP_Digest(len ? data : "", len, md, &md_len, EVP_sha256(), NULL) != 1 ||
+        md_len != sizeof md)
+        return TANDEM_ERR_IO;
+    to_hex(md, hex);
+    return TANDEM_OK;
+}
+
 tandem_err hash_file_sha256(const char *path, char hex[HASH_SHA256_HEX_LEN + 1], char *err,
                             size_t errlen) {
     FILE *f = fopen(path, "rb");
@@ -38,8 +53,7 @@ tandem_err hash_file_sha256(const char *path, char hex[HASH_SHA256_HEX_LEN + 1],
     if (e == TANDEM_OK && (EVP_DigestFinal_ex(ctx, md, &md_len) != 1 || md_len != sizeof md))
         e = TANDEM_ERR_IO;
     if (e == TANDEM_OK)
-        for (unsigned i = 0; i < sizeof md; i++)
-            snprintf(hex + 2 * i, 3, "%02x", md[i]);
+        to_hex(md, hex);
     else
         tandem_errmsg(err, errlen, "%s: cannot hash: %s", path, tandem_strerror(e));
     EVP_MD_CTX_free(ctx);

@@ -15,4 +15,9 @@
 tandem_err hash_file_sha256(const char *path, char hex[HASH_SHA256_HEX_LEN + 1], char *err,
                             size_t errlen);
 
+/* Writes the lowercase hex SHA-256 of data[len] into hex[HASH_SHA256_HEX_LEN + 1].
+ * data is borrowed (may be NULL when len is 0). Returns TANDEM_ERR_IO when
+ * libcrypto fails. */
+tandem_err hash_buffer_sha256(const void *data, size_t len, char hex[HASH_SHA256_HEX_LEN + 1]);
+
 #endif

@@ -8,8 +8,10 @@
 #include <string.h>
 
 #include "cmd_doctor.h"
+#include "cmd_footprint.h"
 #include "cmd_gguf.h"
 #include "cmd_inspect.h"
+#include "cmd_plan.h"
 #include "engine.h"
 #include "version.h"
 
@@ -23,6 +25,8 @@ static const struct command commands[] = {
     {"doctor", "check the engine, model cache, RAM and GPU", cmd_doctor_main},
     {"inspect", "show what a GGUF model file holds", cmd_inspect_main},
     {"gguf", "edit (set, rm) or dump GGUF metadata", cmd_gguf_main},
+    {"plan", "plan memory per device and decide which models fit together", cmd_plan_main},
+    {"footprint", "record what an engine run allocated into the footprint cache", cmd_footprint_main},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

@@ -17,8 +17,19 @@ struct nvml_memory {           /* nvmlMemory_t */
     unsigned long long total, free, used;
 };
 
+struct nvml_process_v2 {       /* nvmlProcessInfo_v2_t */
+    unsigned pid;
+    unsigned long long used;   /* bytes; NVML_VALUE_NOT_AVAILABLE = ~0ull */
+    unsigned gpu_instance, compute_instance;
+};
+
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_MAX_PROCESSES 256
+
 struct nvml {
     void *lib;
+    /* optional (older drivers lack it): per-process memory */
+    nvml_ret (*processes)(nvml_device_t, unsigned *, struct nvml_process_v2 *);
     nvml_ret (*init)(void);
     nvml_ret (*shutdown)(void);
     nvml_ret (*count)(unsigned *);
@@ -59,6 +70,7 @@ tandem_err nvml_new(const char *library, struct nvml **out, char *err, size_t er
         return TANDEM_ERR_NOTFOUND;
     }
     const char *missing = resolve(n);
+    *(void **)&n->processes = dlsym(n->lib, "nvmlDeviceGetComputeRunningProcesses_v2");
     tandem_err e = TANDEM_OK;
     if (missing) {
         tandem_errmsg(err, errlen, "%s lacks %s", library, missing);
@@ -110,4 +122,28 @@ tandem_err nvml_driver_version(struct nvml *nvml, char *out, size_t cap) {
         return TANDEM_ERR_IO;
     out[cap - 1] = '\0';
     return TANDEM_OK;
+}
+
+tandem_err nvml_process_used_bytes(struct nvml *nvml, unsigned index, long pid, uint64_t *out) {
+    *out = 0;
+    nvml_device_t dev;
+    if (!nvml->processes)
+        return TANDEM_ERR_UNSUPPORTED;
+    if (nvml->handle(index, &dev) != 0)
+        return TANDEM_ERR_RANGE;
+    struct nvml_process_v2 *list = mem_alloc_array(NVML_MAX_PROCESSES, sizeof *list);
+    if (!list)
+        return TANDEM_ERR_NOMEM;
+    unsigned n = NVML_MAX_PROCESSES;
+    nvml_ret rc = nvml->processes(dev, &n, list);
+    tandem_err e = rc == NVML_ERROR_INSUFFICIENT_SIZE ? TANDEM_ERR_TOOBIG
+                   : rc != 0                          ? TANDEM_ERR_IO
+                                                      : TANDEM_ERR_NOTFOUND;
+    for (unsigned i = 0; rc == 0 && i < n && i < NVML_MAX_PROCESSES; i++)
+        if ((long)list[i].pid == pid && list[i].used != ~0ull) {
+            *out = list[i].used;
+            e = TANDEM_OK;
+        }
+    mem_free(list);
+    return e;
 }

@@ -42,4 +42,11 @@ tandem_err nvml_device_get(struct nvml *nvml, unsigned index, struct nvml_device
 /* Writes the driver version string into out[cap]. Returns TANDEM_ERR_IO on failure. */
 tandem_err nvml_driver_version(struct nvml *nvml, char *out, size_t cap);
 
+/* Writes the GPU memory process pid uses on device index (NVML's per-process
+ * accounting, which includes its CUDA context) into *out (output, bytes).
+ * Returns TANDEM_ERR_NOTFOUND when the process holds no memory there,
+ * TANDEM_ERR_UNSUPPORTED when the driver lacks the query, TANDEM_ERR_RANGE
+ * for a bad index, TANDEM_ERR_TOOBIG past 256 processes, TANDEM_ERR_IO. */
+tandem_err nvml_process_used_bytes(struct nvml *nvml, unsigned index, long pid, uint64_t *out);
+
 #endif

@@ -1,8 +1,14 @@
 /* units.c: formatting of byte counts. Binary prefixes (KiB, MiB, GiB) throughout,
- * because VRAM budgets and the engine's own logs are in MiB. */
+ * because VRAM budgets and the engine's own logs are in MiB; parsing accepts
+ * "GB" as a GiB too, since nobody sizes a GPU budget in powers of ten. */
 #include "units.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 char *units_format_bytes(uint64_t bytes, char *out, size_t cap) {
     static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
@@ -17,4 +23,35 @@ char *units_format_bytes(uint64_t bytes, char *out, size_t cap) {
     else
         snprintf(out, cap, "%.1f %s", v, unit[i]);
     return out;
+}
+
+tandem_err units_parse_bytes(const char *text, uint64_t *out) {
+    static const char *const prefixes = "KMGT";
+    char *end;
+    errno = 0;
+    if (!text || !isdigit((unsigned char)text[0]))
+        return TANDEM_ERR_FORMAT;
+    double v = strtod(text, &end);
+    if (errno || end == text)
+        return TANDEM_ERR_FORMAT;
+    while (*end == ' ')
+        end++;
+    double scale = 1;
+    if (*end) {
+        const char *p = strchr(prefixes, toupper((unsigned char)*end));
+        if (!p && strcasecmp(end, "B"))
+            return TANDEM_ERR_FORMAT;
+        if (p) {
+            for (const char *q = prefixes; q <= p; q++)
+                scale *= 1024;
+            const char *rest = end + 1;
+            if (strcasecmp(rest, "") && strcasecmp(rest, "B") && strcasecmp(rest, "iB"))
+                return TANDEM_ERR_FORMAT;
+        }
+    }
+    double bytes = v * scale;
+    if (bytes >= 18446744073709551615.0)
+        return TANDEM_ERR_RANGE;
+    *out = (uint64_t)(bytes + 0.5);
+    return TANDEM_OK;
 }

@@ -5,8 +5,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "err.h"
+
 /* Formats bytes in binary units with one decimal ("93.8 MiB", "512 B") into
  * out[cap]; truncates to fit. Returns out, for use inside printf arguments. */
 char *units_format_bytes(uint64_t bytes, char *out, size_t cap);
+
+/* Parses a size such as "6GiB", "512MiB", "6G", "1.5 GiB" or "4096" (bytes)
+ * into *out (output). Suffixes are binary whatever their spelling (K, KB,
+ * KiB = 1024; M, G, T likewise), case-insensitive, with optional space.
+ * Returns TANDEM_ERR_FORMAT for anything else, TANDEM_ERR_RANGE on overflow. */
+tandem_err units_parse_bytes(const char *text, uint64_t *out);
 
 #endif

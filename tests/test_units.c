@@ -17,3 +17,27 @@ Test(units, truncates_to_the_buffer) {
     char b[4];
     cr_expect_str_eq(units_format_bytes(6ULL << 30, b, sizeof b), "6.0");
 }
+
+Test(units, parses_sizes) {
+    uint64_t v = 0;
+    cr_expect_eq(units_parse_bytes("6GiB", &v), TANDEM_OK);
+    cr_expect_eq(v, 6ULL << 30);
+    cr_expect_eq(units_parse_bytes("512MiB", &v), TANDEM_OK);
+    cr_expect_eq(v, 512ULL << 20);
+    cr_expect_eq(units_parse_bytes("6G", &v), TANDEM_OK);
+    cr_expect_eq(v, 6ULL << 30);
+    cr_expect_eq(units_parse_bytes("1.5 gb", &v), TANDEM_OK);
+    cr_expect_eq(v, 3ULL << 29);
+    cr_expect_eq(units_parse_bytes("4096", &v), TANDEM_OK);
+    cr_expect_eq(v, 4096);
+    cr_expect_eq(units_parse_bytes("10B", &v), TANDEM_OK);
+    cr_expect_eq(v, 10);
+}
+
+Test(units, rejects_bad_sizes) {
+    uint64_t v = 7;
+    const char *bad[] = {"", "GiB", "-1G", "6 GiBs", "6X", "6Gx", "1e30T", NULL};
+    for (int i = 0; bad[i]; i++)
+        cr_expect_neq(units_parse_bytes(bad[i], &v), TANDEM_OK, "accepted '%s'", bad[i]);
+    cr_expect_eq(v, 7);
+}

@@ -108,7 +108,9 @@ class LlamaServer:
     """One real llama-server child on a free loopback port, started from an argv
     list (no shell), with its log captured to a file."""
 
-    def __init__(self, engine, model, log_path, extra_args=(), ctx=1024):
+    def __init__(self, engine, model, log_path, extra_args=(), ctx=1024, record=True):
+        self.record = record
+        self.model = model
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -130,12 +132,27 @@ class LlamaServer:
             try:
                 status, _ = http("GET", self.url + "/health", timeout=1)
                 if status == 200:
+                    self.record_footprint()
                     return self
             except OSError:
                 pass  # not listening yet
             time.sleep(0.05)
         self.kill()
         raise AssertionError(f"llama-server not healthy after {timeout}s:\n{self.log_tail()}")
+
+    def record_footprint(self):
+        """Feeds the buffer sizes this run logged to tandem's footprint cache,
+        as tandem does for its own children (`tandem footprint record`)."""
+        tandem = os.environ.get("TANDEM_BIN", str(ROOT / "build" / "tandem"))
+        if not self.record or not Path(tandem).exists():
+            return
+        self._log.flush()
+        done = subprocess.run([tandem, "footprint", "record", str(self.model), str(self.log_path),
+                               "--pid", str(self.proc.pid), "--", *self.argv[1:]],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            self.kill()
+            raise AssertionError(f"tandem footprint record failed: {done.stderr}")
 
     def stop(self, grace=15):
         """SIGTERM, then SIGKILL after grace seconds; returns the exit code."""
