@@ -14,8 +14,9 @@ PYTHON  ?= python3
 BUILD   := build
 CFLAGS_COMMON := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP -Isrc -I$(BUILD)/gen
 # Library flags are expanded only inside recipes, after `make deps` had its chance.
-LIB_CFLAGS = $(call pkg,jansson,libjansson-dev,--cflags) $(call pkg,libcrypto,libssl-dev,--cflags)
-LDLIBS     = $(call pkg,jansson,libjansson-dev,--libs) $(call pkg,libcrypto,libssl-dev,--libs) -ldl
+LIBS_PC    = jansson:libjansson-dev libcrypto:libssl-dev libfyaml:libfyaml-dev libevent:libevent-dev
+LIB_CFLAGS = $(foreach l,$(LIBS_PC),$(call pkg,$(word 1,$(subst :, ,$(l))),$(word 2,$(subst :, ,$(l))),--cflags))
+LDLIBS     = $(foreach l,$(LIBS_PC),$(call pkg,$(word 1,$(subst :, ,$(l))),$(word 2,$(subst :, ,$(l))),--libs)) -ldl
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
