@@ -12,8 +12,6 @@
 #include <string.h>
 
 #include "footprint.h"
-#include "mem.h"
-#include "nvml.h"
 #include "plan.h"
 #include "version.h"
 
@@ -30,68 +28,23 @@ static void usage(FILE *f) {
                TANDEM_ENGINE_BUILD);
 }
 
-static tandem_err read_file(const char *path, struct mem_buf *out) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return TANDEM_ERR_IO;
-    char chunk[65536];
-    size_t n;
-    tandem_err e = TANDEM_OK;
-    while (e == TANDEM_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        e = mem_buf_append(out, chunk, n);
-    if (ferror(f))
-        e = TANDEM_ERR_IO;
-    fclose(f);
-    return e;
-}
-
-/* NVML's view of process pid on device 0; 0 when there is no GPU or no entry. */
-static uint64_t process_bytes(long pid) {
-    struct nvml *nvml = NULL;
-    uint64_t bytes = 0;
-    if (pid > 0 && nvml_new(NULL, &nvml, NULL, 0) == TANDEM_OK)
-        nvml_process_used_bytes(nvml, 0, pid, &bytes);
-    nvml_free(nvml);
-    return bytes;
-}
-
 static int record(const char *model_path, const char *log_path, long pid, int argc,
                   char **argv) {
     char err[512] = "";
-    struct plan_settings s, resolved;
+    struct plan_settings s;
     const char *argv_model;
     if (footprint_settings_from_argv(argc, argv, &s, &argv_model, err, sizeof err) != TANDEM_OK) {
         fprintf(stderr, "tandem footprint: engine arguments: %s\n", err);
         return 2;
     }
-    struct mem_buf log;
-    mem_buf_init(&log, 256u << 20);
-    struct footprint_measure meas;
-    tandem_err e = read_file(log_path, &log);
-    if (e != TANDEM_OK) {
-        fprintf(stderr, "tandem footprint: %s: %s\n", log_path, tandem_strerror(e));
-        mem_buf_deinit(&log);
-        return 1;
-    }
-    e = footprint_parse_log(log.data, log.len, &meas);
-    mem_buf_deinit(&log);
-    if (e != TANDEM_OK) {
-        fprintf(stderr, "tandem footprint: %s: no buffer-size lines (was the engine run at -lv 4?)\n",
-                log_path);
-        return 1;
-    }
-    meas.process_bytes = process_bytes(pid);
     struct plan_model *m;
     if (plan_model_open(model_path, &m, err, sizeof err) != TANDEM_OK) {
         fprintf(stderr, "tandem footprint: %s\n", err);
         return 1;
     }
-    s.gpu = footprint_measure_has_gpu(&meas);
-    plan_model_resolve(m, &s, &resolved);
     char key[HASH_SHA256_HEX_LEN + 1], canon[512];
-    e = footprint_key(m, &resolved, TANDEM_ENGINE_BUILD, key, canon, sizeof canon);
-    if (e == TANDEM_OK)
-        e = footprint_store(key, canon, model_path, &meas, err, sizeof err);
+    tandem_err e = footprint_record_log(m, &s, log_path, pid, key, canon, sizeof canon, err,
+                                        sizeof err);
     plan_model_free(m);
     if (e != TANDEM_OK) {
         fprintf(stderr, "tandem footprint: %s\n", err[0] ? err : tandem_strerror(e));

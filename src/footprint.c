@@ -21,6 +21,9 @@
 
 #include "cache.h"
 #include "ggml_types.h"
+#include "mem.h"
+#include "nvml.h"
+#include "version.h"
 
 #define MIB 1048576.0
 
@@ -321,4 +324,60 @@ void footprint_apply(const struct footprint_measure *m, struct plan_footprint *f
         f->bytes[PLAN_DEVICE_GPU][PLAN_PART_OVERHEAD] = m->process_bytes - buffers;
         f->source[PLAN_PART_OVERHEAD] = PLAN_SOURCE_MEASURED;
     }
+}
+
+/* --- recording a run ------------------------------------------------------------ */
+
+static tandem_err read_file(const char *path, struct mem_buf *out) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return TANDEM_ERR_IO;
+    char chunk[65536];
+    size_t n;
+    tandem_err e = TANDEM_OK;
+    while (e == TANDEM_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        e = mem_buf_append(out, chunk, n);
+    if (ferror(f))
+        e = TANDEM_ERR_IO;
+    fclose(f);
+    return e;
+}
+
+/* NVML's view of process pid on device 0; 0 when there is no GPU or no entry. */
+static uint64_t process_bytes(long pid) {
+    struct nvml *nvml = NULL;
+    uint64_t bytes = 0;
+    if (pid > 0 && nvml_new(NULL, &nvml, NULL, 0) == TANDEM_OK)
+        nvml_process_used_bytes(nvml, 0, pid, &bytes);
+    nvml_free(nvml);
+    return bytes;
+}
+
+tandem_err footprint_record_log(const struct plan_model *m, const struct plan_settings *s,
+                                const char *log_path, long pid,
+                                char key[HASH_SHA256_HEX_LEN + 1], char *canon, size_t cap,
+                                char *err, size_t errlen) {
+    struct mem_buf log;
+    struct footprint_measure meas;
+    mem_buf_init(&log, 256u << 20);
+    tandem_err e = read_file(log_path, &log);
+    if (e == TANDEM_OK)
+        e = footprint_parse_log(log.data, log.len, &meas);
+    mem_buf_deinit(&log);
+    if (e != TANDEM_OK) {
+        tandem_errmsg(err, errlen, e == TANDEM_ERR_NOTFOUND
+                                       ? "%s: no buffer-size lines (was the engine run at -lv 4?)"
+                                       : "%s: cannot read",
+                      log_path);
+        return e;
+    }
+    meas.process_bytes = process_bytes(pid);
+    struct plan_settings with_backend = *s, resolved;
+    with_backend.gpu = footprint_measure_has_gpu(&meas);
+    plan_model_resolve(m, &with_backend, &resolved);
+    char text[512];
+    e = footprint_key(m, &resolved, TANDEM_ENGINE_BUILD, key, text, sizeof text);
+    if (e == TANDEM_OK && canon && cap)
+        snprintf(canon, cap, "%s", text);
+    return e == TANDEM_OK ? footprint_store(key, text, plan_model_path(m), &meas, err, errlen) : e;
 }

@@ -63,6 +63,18 @@ tandem_err footprint_store(const char *key, const char *canon, const char *model
 tandem_err footprint_load(const char *key, struct footprint_measure *out, char *err,
                           size_t errlen);
 
+/* Records one engine run: reads the -lv 4 log at log_path, parses its
+ * buffer lines, adds NVML's memory of process pid (when pid > 0 and a GPU is
+ * present), resolves s for m (the backend is what the log shows) and stores
+ * the measurement under its key. Writes the key and, when canon is not NULL,
+ * the canonical settings (outputs). Returns TANDEM_ERR_IO (log unreadable),
+ * TANDEM_ERR_NOTFOUND (no buffer lines: err suggests -lv 4), the store's
+ * errors; err[errlen] says which. */
+tandem_err footprint_record_log(const struct plan_model *m, const struct plan_settings *s,
+                                const char *log_path, long pid,
+                                char key[HASH_SHA256_HEX_LEN + 1], char *canon, size_t cap,
+                                char *err, size_t errlen);
+
 /* Replaces f's weights, KV, recurrent, compute and output parts with the
  * measured ones that m saw, marking them PLAN_SOURCE_MEASURED. Overhead stays
  * (NVML's process bytes, when present, replace the GPU overhead as the

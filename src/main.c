@@ -12,6 +12,7 @@
 #include "cmd_gguf.h"
 #include "cmd_inspect.h"
 #include "cmd_plan.h"
+#include "cmd_run.h"
 #include "engine.h"
 #include "version.h"
 
@@ -26,6 +27,7 @@ static const struct command commands[] = {
     {"inspect", "show what a GGUF model file holds", cmd_inspect_main},
     {"gguf", "edit (set, rm) or dump GGUF metadata", cmd_gguf_main},
     {"plan", "plan memory per device and decide which models fit together", cmd_plan_main},
+    {"run", "start one planned, supervised llama-server for a model", cmd_run_main},
     {"footprint", "record what an engine run allocated into the footprint cache", cmd_footprint_main},
 };
 

@@ -1,0 +1,140 @@
+/* Unit tests for engine_child: spawning without a shell, exit detection
+ * through the pidfd, SIGTERM then SIGKILL to the process group, death with
+ * the parent, and the llama-server argv derived from the plan. Real programs
+ * (/bin/sleep, /bin/false, /bin/sh as a stubborn child) stand in for the
+ * engine here; tests/e2e/test_run.py drives the real llama-server. */
+#include <criterion/criterion.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "engine_child.h"
+
+#define LOG "/tmp/tandem-child-test.log"
+
+static struct engine_child *spawn(char **argv) {
+    struct engine_child *c = NULL;
+    char err[256] = "";
+    cr_assert_eq(engine_child_spawn(argv, LOG, 1, &c, err, sizeof err), TANDEM_OK, "%s", err);
+    return c;
+}
+
+Test(engine_child, exit_is_seen_through_the_pidfd) {
+    char *argv[] = {"/bin/false", NULL};
+    struct engine_child *c = spawn(argv);
+    struct pollfd p = {.fd = engine_child_exit_fd(c), .events = POLLIN};
+    cr_assert_geq(p.fd, 0);
+    cr_expect_eq(poll(&p, 1, 5000), 1);
+    bool exited = false;
+    int status = 0;
+    cr_assert_eq(engine_child_poll(c, &exited, &status), TANDEM_OK);
+    cr_expect(exited && WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    char why[64];
+    cr_expect_str_eq(engine_child_describe_status(status, why, sizeof why), "exited with status 1");
+    engine_child_free(c);
+}
+
+Test(engine_child, stop_sends_sigterm_and_reaps) {
+    char *argv[] = {"/bin/sleep", "30", NULL};
+    struct engine_child *c = spawn(argv);
+    bool exited = true;
+    engine_child_poll(c, &exited, NULL);
+    cr_expect(!exited);
+    cr_expect_eq(getpgid(engine_child_pid(c)), engine_child_pid(c)); /* its own group */
+    int status = 0;
+    cr_assert_eq(engine_child_stop(c, 5000, &status), TANDEM_OK);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+    cr_expect_eq(kill(engine_child_pid(c), 0), -1); /* reaped: no zombie left */
+    engine_child_free(c);
+}
+
+Test(engine_child, stubborn_child_gets_sigkill_after_grace) {
+    /* a shell is fine in a test: it plays an engine that ignores SIGTERM */
+    char *argv[] = {"/bin/sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done", NULL};
+    struct engine_child *c = spawn(argv);
+    usleep(200000); /* let the trap be installed */
+    int status = 0;
+    cr_assert_eq(engine_child_stop(c, 300, &status), TANDEM_OK);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    engine_child_free(c);
+}
+
+Test(engine_child, missing_binary_is_a_spawn_error) {
+    char *argv[] = {"/nonexistent/llama-server", NULL};
+    struct engine_child *c = (struct engine_child *)1;
+    char err[256] = "";
+    cr_expect_eq(engine_child_spawn(argv, LOG, 1, &c, err, sizeof err), TANDEM_ERR_SPAWN);
+    cr_expect_null(c);
+    cr_expect(strstr(err, "No such file"), "%s", err);
+    cr_expect_eq(engine_child_spawn(argv, "/nonexistent-dir/x.log", 1, &c, err, sizeof err),
+                 TANDEM_ERR_IO);
+}
+
+Test(engine_child, child_dies_with_its_parent) {
+    int pids[2];
+    cr_assert_eq(pipe(pids), 0);
+    pid_t mid = fork();
+    if (mid == 0) { /* plays tandem: start an engine, report its pid, die */
+        char *argv[] = {"/bin/sleep", "30", NULL};
+        struct engine_child *c = NULL;
+        if (engine_child_spawn(argv, LOG, 1, &c, NULL, 0) != TANDEM_OK)
+            _exit(1);
+        pid_t pid = engine_child_pid(c);
+        (void)!write(pids[1], &pid, sizeof pid);
+        _exit(0); /* without stopping it */
+    }
+    pid_t engine = 0;
+    cr_assert_eq(read(pids[0], &engine, sizeof engine), (ssize_t)sizeof engine);
+    waitpid(mid, NULL, 0);
+    /* the orphan is reparented; PR_SET_PDEATHSIG has killed it within moments */
+    int alive = 1;
+    for (int i = 0; i < 100 && alive; i++) {
+        char path[64], state = '?';
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)engine);
+        FILE *f = fopen(path, "r");
+        alive = f && fscanf(f, "%*d %*s %c", &state) == 1 && state != 'Z';
+        if (f)
+            fclose(f);
+        if (alive)
+            usleep(20000);
+    }
+    cr_expect(!alive, "engine %d outlived its parent", (int)engine);
+}
+
+Test(engine_child, wait_ready_reports_a_child_that_exits) {
+    char *argv[] = {"/bin/sh", "-c", "echo 'failed to load model: bad magic'; exit 3", NULL};
+    unlink(LOG);
+    struct engine_child *c = spawn(argv);
+    char err[512] = "";
+    cr_expect_eq(engine_child_wait_ready(c, 10000, err, sizeof err), TANDEM_ERR_CHILD);
+    cr_expect(strstr(err, "exited with status 3") && strstr(err, "bad magic"), "%s", err);
+    engine_child_free(c);
+}
+
+Test(engine_child, argv_carries_the_plan) {
+    struct plan_settings r = plan_default_settings();
+    r.ctx = 8192;
+    r.ngl = 0;
+    r.parallel = 2;
+    r.batch = 512;
+    r.ubatch = 512;
+    r.gpu = false;
+    char *extra[] = {"--threads", "2", NULL};
+    char **argv = NULL;
+    cr_assert_eq(engine_child_argv("/e/llama-server", "/m.gguf", "kev", &r, 8123, extra, &argv),
+                 TANDEM_OK);
+    char line[1024] = "";
+    for (size_t i = 0; argv[i]; i++)
+        snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", i ? " " : "", argv[i]);
+    cr_expect_str_eq(line, "/e/llama-server -m /m.gguf --host 127.0.0.1 --port 8123 -c 8192 "
+                           "-ngl 0 -fit off -np 2 -ctk f16 -ctv f16 -fa off -b 512 -ub 512 "
+                           "--no-repack --alias kev -lv 4 --no-log-timestamps --no-log-prefix "
+                           "--threads 2");
+    engine_child_argv_free(argv);
+    r.ngl = PLAN_NGL_AUTO;
+    cr_expect_eq(engine_child_argv("/e", "/m", NULL, &r, 1, NULL, &argv), TANDEM_ERR_INVAL);
+    cr_expect_neq(engine_child_free_port(), 0);
+}
