@@ -39,7 +39,7 @@ help:
 	@echo "make test       install what is missing, build, run unit + end-to-end tests"
 	@echo "make run        install, build, run the main job (today: the engine smoke test)"
 	@echo "make asan       unit tests under AddressSanitizer + UBSan"
-	@echo "make fuzz       fuzz the GGUF reader for FUZZ_SECONDS (default 60) with libFuzzer + ASan"
+	@echo "make fuzz       fuzz the GGUF reader, then the config loader, FUZZ_SECONDS (default 60) each"
 	@echo "make deps       system packages, pinned engine (CUDA=1 for a CUDA build), test models, venv"
 	@echo "make fixtures   build the decision-model fixtures into ~/.cache/tandem/fixtures"
 	@echo "make bench      benchmarks; tables land in docs/"
@@ -80,15 +80,20 @@ $(eval $(call flavour,$(BUILD)/fuzz,$(FUZZ_FLAGS),clang))
 FUZZ_SECONDS ?= 60
 FUZZ_LIB_OBJ = $(filter-out $(BUILD)/fuzz/obj/main.o $(BUILD)/fuzz/obj/cmd_%.o,$(SRC:src/%.c=$(BUILD)/fuzz/obj/%.o))
 
-$(BUILD)/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c $(FUZZ_LIB_OBJ)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
 	clang $(CFLAGS_COMMON) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(LIB_CFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
 
-fuzz: $(BUILD)/fuzz/fuzz_gguf venv
+fuzz: $(BUILD)/fuzz/fuzz_gguf $(BUILD)/fuzz/fuzz_config venv
 	@$(VENV)/bin/python tests/fuzz/make_seeds.py $(BUILD)/fuzz/seeds
 	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/crashes
 	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=262144 -timeout=10 \
 	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/ \
 	  $(BUILD)/fuzz/corpus $(BUILD)/fuzz/seeds
+	@mkdir -p $(BUILD)/fuzz/config-corpus $(BUILD)/fuzz/config-seeds
+	@cp tests/data/config/*.yaml examples/*.yaml $(BUILD)/fuzz/config-seeds/
+	$(BUILD)/fuzz/fuzz_config -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
+	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/ \
+	  $(BUILD)/fuzz/config-corpus $(BUILD)/fuzz/config-seeds
 
 # --- dependencies: packages, engine, models, Python -------------------------
 deps:

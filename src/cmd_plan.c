@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "fit.h"
 #include "footprint.h"
 #include "ggml_types.h"
@@ -29,6 +30,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tandem plan MODEL.gguf [MODEL.gguf ...] [options]\n"
+            "       tandem plan --config tandem.yaml [options]\n"
             "\n"
             "Plans the memory each model's llama-server will allocate (weights, KV cache,\n"
             "recurrent state, compute and output buffers, per-process overhead), per device,\n"
@@ -50,6 +52,8 @@ static void usage(FILE *f) {
             "  --batch N, --ubatch N  -b and -ub (default 2048 / 512; encoders: the window)\n"
             "  --kv-unified         one KV pool for all slots\n"
             "  --overhead SIZE      per-process GPU overhead (default %llu MiB)\n"
+            "  --config FILE        plan the models of a tandem.yaml with their own settings,\n"
+            "                       priorities, pins and budget (flags override the budget)\n"
             "output:\n"
             "  --no-measured        ignore the footprint cache: the model alone\n"
             "  --json               stable machine-readable output (docs/planner.md)\n"
@@ -68,8 +72,11 @@ static int parse_args(int argc, char **argv, struct plan_cli *o) {
         if (c == '?' || plan_cli_option(c, optarg, o) != 0)
             return 2;
     }
-    if (optind >= argc) {
-        usage(stderr);
+    if (o->config ? optind != argc : optind >= argc) {
+        if (o->config)
+            fprintf(stderr, "tandem plan: give --config or model files, not both\n");
+        else
+            usage(stderr);
         return 2;
     }
     if (argc - optind > MAX_MODELS) {
@@ -193,10 +200,14 @@ static void print_table(json_t *j) {
     }
     json_t *need = json_object_get(j, "need");
     long long headroom = json_integer_value(json_object_get(j, "headroom"));
-    printf("\n  sum: %s on the %s (%s on the host); headroom %s%s\n",
+    char host_part[64] = "";
+    if (gpu)
+        snprintf(host_part, sizeof host_part, " (%s on the host)",
+                 units_format_bytes((uint64_t)json_integer_value(json_object_get(need, "host")),
+                                    b, 32));
+    printf("\n  sum: %s on the %s%s; headroom %s%s\n",
            units_format_bytes((uint64_t)json_integer_value(json_object_get(need, dev)), a, 32), dev,
-           units_format_bytes((uint64_t)json_integer_value(json_object_get(need, "host")), b, 32),
-           headroom < 0 ? "-" : "",
+           host_part, headroom < 0 ? "-" : "",
            units_format_bytes((uint64_t)(headroom < 0 ? -headroom : headroom), h, 32));
     printf("verdict: %s: %s\n", json_string_value(json_object_get(j, "verdict")),
            json_string_value(json_object_get(j, "reason")));
@@ -208,6 +219,36 @@ static void print_table(json_t *j) {
 }
 
 /* --- main ------------------------------------------------------------------------------------ */
+
+/* Loads the config; its budget applies where no flag overrides it. */
+static int load_config(struct plan_cli *o, struct config **cfg, size_t *n) {
+    char err[1024];
+    if (config_load(o->config, cfg, err, sizeof err) != TANDEM_OK) {
+        fprintf(stderr, "tandem plan: %s\n", err);
+        return 1;
+    }
+    if ((*cfg)->n_models > MAX_MODELS) {
+        fprintf(stderr, "tandem plan: %s: at most %d models\n", o->config, MAX_MODELS);
+        return 1;
+    }
+    if (!o->have_vram && (*cfg)->vram)
+        o->vram = (*cfg)->vram, o->have_vram = true;
+    if (!o->have_reserve)
+        o->reserve = (*cfg)->reserve, o->have_reserve = true;
+    if (!o->have_ram && (*cfg)->ram)
+        o->ram = (*cfg)->ram, o->have_ram = true;
+    *n = (*cfg)->n_models;
+    return 0;
+}
+
+/* The i-th model by priority (highest first; file order breaks ties). */
+static const struct config_model *by_priority(const struct config *c, size_t i) {
+    for (int32_t p = 1000; p >= -1000; p--)
+        for (size_t k = 0; k < c->n_models; k++)
+            if (c->models[k].priority == p && i-- == 0)
+                return &c->models[k];
+    return NULL;
+}
 
 static const char *base_name(const char *path) {
     const char *s = strrchr(path, '/');
@@ -228,15 +269,20 @@ int cmd_plan_main(int argc, char **argv, const char *llama_server) {
     struct fit_result res;
     uint64_t total = 0;
     rc = 1;
+    struct config *cfg = NULL;
+    if (o.config && load_config(&o, &cfg, &n) != 0)
+        goto done;
     for (size_t i = 0; i < n; i++) {
         char err[512];
-        const char *path = argv[optind + (int)i];
+        const struct config_model *cm = cfg ? by_priority(cfg, i) : NULL;
+        const char *path = cm ? cm->path : argv[optind + (int)i];
         if (plan_model_open(path, &pm[i], err, sizeof err) != TANDEM_OK) {
             fprintf(stderr, "tandem plan: %s\n", err);
             goto done;
         }
-        fm[i] = (struct fit_model){base_name(path), pm[i], o.settings, false};
-        if (plan_model_is_encoder(pm[i]))
+        fm[i] = cm ? (struct fit_model){cm->name, pm[i], cm->settings, cm->pin}
+                   : (struct fit_model){base_name(path), pm[i], o.settings, false};
+        if (plan_model_is_encoder(pm[i]) && !cm)
             fm[i].settings.ctx = 0; /* whole-batch encoders run at their window */
     }
     const char *source = plan_cli_budget(&o, &budget, &total);
@@ -263,5 +309,6 @@ int cmd_plan_main(int argc, char **argv, const char *llama_server) {
 done:
     for (size_t i = 0; i < n; i++)
         plan_model_free(pm[i]);
+    config_free(cfg);
     return rc;
 }

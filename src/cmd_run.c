@@ -90,6 +90,10 @@ static int parse_args(int argc, char **argv, struct run_options *o) {
         default: rc = plan_cli_option(c, optarg, &o->plan);
         }
     }
+    if (!rc && o->plan.config) {
+        fprintf(stderr, "tandem run: --config is for tandem plan (and serve); run takes a model\n");
+        rc = 2;
+    }
     if (!rc && optind + 1 != argc) {
         usage(stderr);
         rc = 2;

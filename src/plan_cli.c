@@ -26,7 +26,7 @@ const struct option plan_cli_options[] = {
     {"ngl", required_argument, NULL, 'g'},     {"flash-attn", required_argument, NULL, 'f'},
     {"kv-unified", no_argument, NULL, 'U'},    {"cpu", no_argument, NULL, 'C'},
     {"no-measured", no_argument, NULL, 'M'},       {"json", no_argument, NULL, 'j'},
-    {"help", no_argument, NULL, 'h'},          {0},
+    {"config", required_argument, NULL, 'F'},  {"help", no_argument, NULL, 'h'},          {0},
 };
 
 static int bad_value(const char *flag, const char *v, const char *want) {
@@ -78,6 +78,7 @@ int plan_cli_option(int c, const char *arg, struct plan_cli *o) {
     case 'C': o->cpu = true; return 0;
     case 'M': o->no_measured = true; return 0;
     case 'j': o->json = true; return 0;
+    case 'F': o->config = arg; return 0;
     }
     return 2;
 }

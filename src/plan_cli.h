@@ -17,6 +17,7 @@ struct plan_cli {
     bool cpu;                      /* --cpu: plan for a CPU engine */
     bool no_measured;              /* --no-measured: ignore the footprint cache */
     bool json;                     /* --json */
+    const char *config;            /* --config FILE (plan only); borrowed from argv */
 };
 
 /* getopt_long table of the shared flags (terminated by {0}); the values

@@ -169,3 +169,28 @@ def test_footprint_record_errors(tandem_bin, smollm2_path, tmp_path):
     done = subprocess.run([str(tandem_bin), "footprint", "record", str(smollm2_path)],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "usage" in done.stderr
+
+
+def test_plan_a_config(tandem_bin, tmp_path):
+    """--config plans the models of a tandem.yaml, highest priority first, with its budget."""
+    cfg = tmp_path / "tandem.yaml"
+    cfg.write_text(f"""
+budget: {{vram: 6GiB, reserve: 512MiB}}
+models:
+  laya:
+    path: {fixture_path("laya-shape.gguf")}
+  kev:
+    path: {fixture_path("kev-4b-shape.gguf")}
+    ctx: 8192
+    priority: 10
+""")
+    j = plan_json(tandem_bin, "--config", cfg, "--no-measured")
+    assert [m["name"] for m in j["models"]] == ["kev", "laya"]
+    assert j["budget"]["usable"] == 6 * GIB - 512 * MIB and j["verdict"] == "co-resident"
+    assert j["models"][0]["n_ctx"] == 8192
+    shipped = plan(tandem_bin, "--config", "examples/tandem.yaml").stdout
+    assert "smollm2-decider" in shipped and "verdict:" in shipped
+    cfg.write_text("models:\n  kev:\n    ctx: 8k\n    path: x.gguf\n")
+    done = plan(tandem_bin, "--config", cfg, check=False)
+    assert done.returncode == 1
+    assert f"{cfg}:3: models.kev.ctx: expected an integer, got \"8k\"" in done.stderr, done.stderr

@@ -1,0 +1,188 @@
+/* Unit tests for config: every malformed file in tests/data/config/ with its
+ * exact one-line message (<name>.yaml + <name>.expected, @F@ = the file,
+ * @D@ = its absolute directory), then defaults, expansion, aliases and the
+ * shipped example. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config.h"
+#include "mem.h"
+
+#define DIR_ "tests/data/config"
+
+static void replace(char *text, size_t cap, const char *from, const char *to) {
+    char out[2048] = "", *p, *s = text;
+    while ((p = strstr(s, from))) {
+        strncat(out, s, (size_t)(p - s));
+        strncat(out, to, sizeof out - strlen(out) - 1);
+        s = p + strlen(from);
+    }
+    strncat(out, s, sizeof out - strlen(out) - 1);
+    snprintf(text, cap, "%s", out);
+}
+
+Test(config, malformed_files_give_their_exact_message) {
+    DIR *d = opendir(DIR_);
+    cr_assert_not_null(d, "run the tests from the repository root");
+    char absdir[PATH_MAX];
+    cr_assert_not_null(realpath(DIR_, absdir));
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 6 || strcmp(e->d_name + len - 5, ".yaml"))
+            continue;
+        char path[512], exp_path[512], want[2048] = "", err[1024] = "";
+        snprintf(path, sizeof path, DIR_ "/%s", e->d_name);
+        snprintf(exp_path, sizeof exp_path, DIR_ "/%.*s.expected", (int)(len - 5), e->d_name);
+        FILE *f = fopen(exp_path, "r");
+        cr_assert_not_null(f, "%s has no .expected", path);
+        cr_assert_not_null(fgets(want, sizeof want, f));
+        fclose(f);
+        want[strcspn(want, "\n")] = '\0';
+        char line[2048];
+        snprintf(line, sizeof line, "%s", want);
+        replace(line, sizeof line, "@F@", path);
+        replace(line, sizeof line, "@D@", absdir);
+        struct config *c = (struct config *)1;
+        tandem_err got = config_load(path, &c, err, sizeof err);
+        cr_expect_neq(got, TANDEM_OK, "%s loaded", path);
+        cr_expect_null(c);
+        cr_expect_str_eq(err, line, "%s", path);
+        n++;
+    }
+    closedir(d);
+    cr_expect_geq(n, 25);
+}
+
+static struct config *load_text(const char *text) {
+    struct config *c = NULL;
+    char err[1024] = "";
+    cr_assert_eq(config_load_buffer(DIR_ "/inline.yaml", text, strlen(text), &c, err, sizeof err),
+                 TANDEM_OK, "%s", err);
+    return c;
+}
+
+Test(config, defaults_are_filled) {
+    struct config *c = load_text("models:\n  kev: {path: model.gguf}\n");
+    cr_expect_str_eq(c->listen_host, "127.0.0.1");
+    cr_expect_eq(c->listen_port, 8090);
+    cr_expect_eq(c->n_api_keys, 0);
+    cr_expect_eq(c->vram, 0);
+    cr_expect_eq(c->reserve, 512ull << 20);
+    cr_expect_eq(c->max_body_bytes, 1u << 20);
+    cr_expect_eq(c->queue_depth, 64);
+    cr_expect_eq(c->request_timeout_ms, 60000);
+    cr_expect_eq(c->group_limit, 16);
+    cr_expect_not_null(c->audit_path);
+    cr_expect(strstr(c->audit_path, "audit.jsonl"));
+    const struct config_model *m = &c->models[0];
+    cr_expect_str_eq(m->name, "kev");
+    cr_expect_eq(m->path[0], '/');
+    cr_expect_eq(m->settings.ngl, PLAN_NGL_AUTO);
+    cr_expect_eq(m->settings.parallel, 1);
+    cr_expect_eq(m->keep_alive_ms, 300000);
+    cr_expect(!m->pin && !m->settings.flash_attn);
+    config_free(c);
+}
+
+Test(config, values_expansions_and_aliases) {
+    char abs[PATH_MAX];
+    cr_assert_not_null(realpath(DIR_, abs));
+    setenv("TANDEM_TEST_DIR", abs, 1);
+    struct config *c = load_text(
+        "listen: '[::1]:9000'\n"
+        "api_keys: [k1, k2]\n"
+        "budget: {vram: 6GiB, reserve: 256MiB}\n"
+        "defaults: {model: fast}\n"
+        "limits: {max_body: 2MiB, request_timeout: 1.5s}\n"
+        "logs: {audit: off, bodies: true}\n"
+        "models:\n"
+        "  kev:\n"
+        "    path: ${TANDEM_TEST_DIR}/model.gguf\n"
+        "    aliases: [fast, kev-4b]\n"
+        "    ctx: 8192\n"
+        "    ngl: 20\n"
+        "    cache_type_k: q8_0\n"
+        "    keep_alive: forever\n"
+        "    pin: yes\n"
+        "    priority: -3\n"
+        "    extra_args: [--threads, '2']\n");
+    cr_expect_str_eq(c->listen_host, "::1");
+    cr_expect_eq(c->listen_port, 9000);
+    cr_expect_eq(c->n_api_keys, 2);
+    cr_expect_eq(c->vram, 6ull << 30);
+    cr_expect_eq(c->reserve, 256ull << 20);
+    cr_expect_eq(c->max_body_bytes, 2u << 20);
+    cr_expect_eq(c->request_timeout_ms, 1500);
+    cr_expect_null(c->audit_path);
+    cr_expect(c->log_bodies);
+    const struct config_model *m = config_find_model(c, "kev-4b");
+    cr_assert_not_null(m);
+    cr_expect_eq(m, config_find_model(c, "fast"));
+    cr_expect_eq(m, config_find_model(c, "kev"));
+    cr_expect_null(config_find_model(c, "laya"));
+    cr_expect(strstr(m->path, "tests/data/config/model.gguf") != NULL, "%s", m->path);
+    cr_expect_eq(m->settings.ctx, 8192);
+    cr_expect_eq(m->settings.ngl, 20);
+    cr_expect_eq(m->settings.type_k, 8);
+    cr_expect_eq(m->keep_alive_ms, CONFIG_KEEP_ALIVE_FOREVER);
+    cr_expect(m->pin);
+    cr_expect_eq(m->priority, -3);
+    cr_expect_eq(m->n_extra_args, 2);
+    cr_expect_str_eq(c->default_model, "fast");
+    config_free(c);
+}
+
+Test(config, home_and_xdg_expand) {
+    setenv("HOME", "/tmp/tandem-config-home", 1);
+    unsetenv("XDG_CACHE_HOME");
+    mkdir("/tmp/tandem-config-home", 0755);
+    mkdir("/tmp/tandem-config-home/.cache", 0755);
+    fclose(fopen("/tmp/tandem-config-home/.cache/m.gguf", "w"));
+    struct config *c = load_text("models:\n  a: {path: ~/.cache/m.gguf}\n  b: {path: "
+                                 "\"${XDG_CACHE_HOME}/m.gguf\"}\n");
+    cr_expect_str_eq(c->models[0].path, "/tmp/tandem-config-home/.cache/m.gguf");
+    cr_expect_str_eq(c->models[1].path, "/tmp/tandem-config-home/.cache/m.gguf");
+    config_free(c);
+}
+
+Test(config, shipped_example_loads) {
+    /* examples/tandem.yaml names the fixtures in the cache: stand in empty files */
+    setenv("XDG_CACHE_HOME", "/tmp/tandem-config-xdg", 1);
+    mkdir("/tmp/tandem-config-xdg", 0755);
+    mkdir("/tmp/tandem-config-xdg/tandem", 0755);
+    mkdir("/tmp/tandem-config-xdg/tandem/fixtures", 0755);
+    fclose(fopen("/tmp/tandem-config-xdg/tandem/fixtures/smollm2-decider.gguf", "w"));
+    fclose(fopen("/tmp/tandem-config-xdg/tandem/fixtures/gemma3-decider.gguf", "w"));
+    struct config *c = NULL;
+    char err[1024] = "";
+    cr_assert_eq(config_load("examples/tandem.yaml", &c, err, sizeof err), TANDEM_OK, "%s", err);
+    cr_expect_eq(c->n_models, 2);
+    cr_expect_not_null(config_find_model(c, c->default_model));
+    config_free(c);
+}
+
+Test(config, out_of_memory_is_reported_not_crashed) {
+    static const char text[] = "models:\n  kev: {path: model.gguf, aliases: [a, b]}\n";
+    for (long n = 0; n < 40; n++) {
+        struct config *c = NULL;
+        mem_fail_after(n);
+        tandem_err e = config_load_buffer(DIR_ "/x.yaml", text, sizeof text - 1, &c, NULL, 0);
+        mem_fail_after(-1);
+        cr_expect(e == TANDEM_OK || e == TANDEM_ERR_NOMEM, "n=%ld e=%d", n, e);
+        config_free(c);
+    }
+}
+
+Test(config, unreadable_file_is_io) {
+    struct config *c;
+    char err[256] = "";
+    cr_expect_eq(config_load("/nonexistent/tandem.yaml", &c, err, sizeof err), TANDEM_ERR_IO);
+    cr_expect(strstr(err, "/nonexistent/tandem.yaml: No such file"), "%s", err);
+}
