@@ -14,8 +14,10 @@ PYTHON  ?= python3
 BUILD   := build
 CFLAGS_COMMON := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP -Isrc -I$(BUILD)/gen
 # Library flags are expanded only inside recipes, after `make deps` had its chance.
-LIB_CFLAGS = $(call pkg,jansson,libjansson-dev,--cflags) $(call pkg,libcrypto,libssl-dev,--cflags)
-LDLIBS     = $(call pkg,jansson,libjansson-dev,--libs) $(call pkg,libcrypto,libssl-dev,--libs) -ldl
+LIB_CFLAGS = $(call pkg,jansson,libjansson-dev,--cflags) $(call pkg,libcrypto,libssl-dev,--cflags) \
+             $(call pkg,libcurl,libcurl4-openssl-dev,--cflags) -pthread
+LDLIBS     = $(call pkg,jansson,libjansson-dev,--libs) $(call pkg,libcrypto,libssl-dev,--libs) \
+             $(call pkg,libcurl,libcurl4-openssl-dev,--libs) -pthread -ldl -lm
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
