@@ -8,8 +8,11 @@
 #include <string.h>
 
 #include "cmd_doctor.h"
+#include "cmd_drift.h"
+#include "cmd_eval.h"
 #include "cmd_gguf.h"
 #include "cmd_inspect.h"
+#include "cmd_quantize.h"
 #include "engine.h"
 #include "version.h"
 
@@ -23,6 +26,10 @@ static const struct command commands[] = {
     {"doctor", "check the engine, model cache, RAM and GPU", cmd_doctor_main},
     {"inspect", "show what a GGUF model file holds", cmd_inspect_main},
     {"gguf", "edit (set, rm) or dump GGUF metadata", cmd_gguf_main},
+    {"eval", "score a decision model on a dataset: accuracy, calibration, stability",
+     cmd_eval_main},
+    {"drift", "compare two decision models answer by answer (KL, flips)", cmd_drift_main},
+    {"quantize", "re-encode a GGUF model with the engine's llama-quantize", cmd_quantize_main},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
