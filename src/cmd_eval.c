@@ -308,12 +308,13 @@ json_t *cmd_eval_summarize(const struct eval_run *run, const char *model, double
 
 /* --- rendering ---------------------------------------------------------------- */
 
-static void cell(const json_t *o, const char *key, const char *fmt) {
+/* One right-aligned table cell of the given width: the number at 3 decimals, or "-". */
+static void cell(const json_t *o, const char *key, int width) {
     const json_t *v = json_object_get(o, key);
     if (json_is_number(v))
-        printf(fmt, json_number_value(v));
+        printf(" %*.3f", width, json_number_value(v));
     else
-        printf("%*s", atoi(fmt + 1), "-");
+        printf(" %*s", width, "-");
 }
 
 static void print_table(const json_t *s) {
@@ -337,12 +338,12 @@ static void print_table(const json_t *s) {
         if (g && n == 0)
             continue;
         printf("%-8s %6lld", group_names[g], (long long)n);
-        cell(row, "accuracy", " %8.3f");
-        cell(row, "brier", " %6.3f");
-        cell(row, "ece", " %6.3f");
-        cell(row, "low_confidence_rate", " %8.3f");
-        cell(row, "mean_confidence", " %9.3f");
-        cell(row, "mae", " %6.3f");
+        cell(row, "accuracy", 8);
+        cell(row, "brier", 6);
+        cell(row, "ece", 6);
+        cell(row, "low_confidence_rate", 8);
+        cell(row, "mean_confidence", 9);
+        cell(row, "mae", 6);
         printf("\n");
     }
     printf("(low-conf: share of answers whose top probability is below %.2f)\n",

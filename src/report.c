@@ -72,7 +72,7 @@ tandem_err report_reliability_svg(const json_t *bins, char **out, size_t *len) {
         return e;
     axes(s, "top-answer confidence", "accuracy", 1);
     svg_text(s, PAD_L + PLOT_W / 2, 18, "middle", 14, 0,
-             "Reliability: accuracy per confidence bin (n above each bar)");
+             "Reliability diagram (answers per bin above the bars)");
     svg_line(s, X(0), Y(0), X(1), Y(1), "#888888", 1.2, 1);
     size_t i;
     const json_t *b;
@@ -219,9 +219,9 @@ tandem_err report_eval_html(const json_t *s, char **out, size_t *len) {
             "table{border-collapse:collapse;margin:8px 0 20px}"
             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
             "th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}"
-            "figure{display:inline-block;margin:0 16px 16px 0}"
+            "figure{display:inline-block;margin:0 16px 16px 0}.facts td{text-align:left}"
             ".bad{color:#b00}.ok{color:#070}"
-            "</style></head><body>\n<h1>tandem eval</h1>\n<table>");
+            "</style></head><body>\n<h1>tandem eval</h1>\n<table class=\"facts\">");
     static const char *const facts[][2] = {
         {"data", "dataset"}, {"endpoint", "endpoint"}, {"model", "model"},
         {"cases", "cases"},  {"questions", "questions"}, {"scored_questions", "scored"},
@@ -263,13 +263,16 @@ tandem_err report_eval_html(const json_t *s, char **out, size_t *len) {
     put(&p, verdict && !strcmp(verdict, "deterministic") ? "ok" : "bad");
     put(&p, "\">");
     put_esc(&p, verdict);
-    putf(&p, "</b> over %lld repeats; %lld of %lld questions identical; max |&#916;p| %.6g; "
-             "%lld questions with top-answer flips.</p>",
-         (long long)json_integer_value(json_object_get(st, "repeat")),
-         (long long)json_integer_value(json_object_get(st, "questions_identical")),
-         (long long)json_integer_value(json_object_get(st, "questions_measured")),
-         num(st, "max_dp"),
-         (long long)json_integer_value(json_object_get(st, "questions_with_flips")));
+    if (json_integer_value(json_object_get(st, "repeat")) < 2)
+        put(&p, "</b> (each case was sent once; run with --repeat N).</p>");
+    else
+        putf(&p, "</b> over %lld repeats; %lld of %lld questions identical; max |&#916;p| %.6g; "
+                 "%lld questions with top-answer flips.</p>",
+             (long long)json_integer_value(json_object_get(st, "repeat")),
+             (long long)json_integer_value(json_object_get(st, "questions_identical")),
+             (long long)json_integer_value(json_object_get(st, "questions_measured")),
+             num(st, "max_dp"),
+             (long long)json_integer_value(json_object_get(st, "questions_with_flips")));
     size_t i;
     const json_t *v;
     const json_t *unstable = json_object_get(st, "unstable");
