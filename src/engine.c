@@ -5,7 +5,8 @@
  * "/v1/systemone" route string. The first is authoritative when the build was
  * stamped; the second covers binaries built without git history, which report
  * a meaningless build number. Children are always started from an argv array
- * with posix_spawn, never through a shell. */
+ * with posix_spawn, never through a shell. The engine's other tools (llama-quantize)
+ * are taken from the same bin/ folder as the server, so both are one build. */
 #include "engine.h"
 
 #include <errno.h>
@@ -267,4 +268,36 @@ tandem_err engine_identify(const char *flag_path, int pinned_build, struct engin
         break;
     }
     return TANDEM_ERR_ENGINE;
+}
+
+tandem_err engine_locate_tool(const char *flag_path, int pinned_build, const char *name,
+                              char *out, size_t cap) {
+    enum engine_source src;
+    tandem_err e = engine_locate(flag_path, pinned_build, out, cap, &src);
+    if (e != TANDEM_OK && e != TANDEM_ERR_NOTFOUND)
+        return e;
+    char *slash = strrchr(out, '/');
+    size_t dir = slash ? (size_t)(slash - out) + 1 : 0;
+    int n = snprintf(out + dir, cap - dir, "%s", name);
+    if (n < 0 || (size_t)n >= cap - dir)
+        return TANDEM_ERR_TOOBIG;
+    return is_executable_file(out) ? TANDEM_OK : TANDEM_ERR_NOTFOUND;
+}
+
+tandem_err engine_run_tool(char *const argv[], int *exit_code, char *err, size_t errlen) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+        tandem_errmsg(err, errlen, "%s: cannot run: %s", argv[0], strerror(rc));
+        return TANDEM_ERR_SPAWN;
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return TANDEM_OK;
 }

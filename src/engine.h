@@ -94,4 +94,19 @@ struct engine_identity {
  * route-less build. out->error then explains it in one line. */
 tandem_err engine_identify(const char *flag_path, int pinned_build, struct engine_identity *out);
 
+/* Chooses the engine's tool `name` (e.g. "llama-quantize"): the file of that
+ * name in the directory of the llama-server that engine_locate(flag_path, ...)
+ * chooses (the cache's bin/ by default), so tool and server always come from
+ * the same build. Writes the path into out[cap]. Returns TANDEM_ERR_NOTFOUND
+ * when that file is not executable (out still names it), TANDEM_ERR_TOOBIG
+ * when it does not fit in cap. */
+tandem_err engine_locate_tool(const char *flag_path, int pinned_build, const char *name,
+                              char *out, size_t cap);
+
+/* Runs argv[0] (a path) with argv (no shell), stdin from /dev/null and
+ * stdout/stderr inherited, and waits for it. *exit_code receives its exit
+ * status (128 + signal when killed). Returns TANDEM_ERR_SPAWN when it cannot
+ * start, with err[errlen] (optional) saying why. */
+tandem_err engine_run_tool(char *const argv[], int *exit_code, char *err, size_t errlen);
+
 #endif

@@ -23,7 +23,8 @@
     X(SPAWN, "could not start a child process")                      \
     X(CHILD, "child process failed")                                 \
     X(ENGINE, "engine is unusable")                                  \
-    X(TYPE, "wrong type")
+    X(TYPE, "wrong type")                                            \
+    X(HTTP, "HTTP request failed")
 
 typedef enum {
 #define TANDEM_ERR_ENUM(name, msg) TANDEM_ERR_##name,

@@ -8,10 +8,13 @@
 #include <string.h>
 
 #include "cmd_doctor.h"
+#include "cmd_drift.h"
+#include "cmd_eval.h"
 #include "cmd_footprint.h"
 #include "cmd_gguf.h"
 #include "cmd_inspect.h"
 #include "cmd_plan.h"
+#include "cmd_quantize.h"
 #include "cmd_run.h"
 #include "engine.h"
 #include "version.h"
@@ -29,6 +32,10 @@ static const struct command commands[] = {
     {"plan", "plan memory per device and decide which models fit together", cmd_plan_main},
     {"run", "start one planned, supervised llama-server for a model", cmd_run_main},
     {"footprint", "record what an engine run allocated into the footprint cache", cmd_footprint_main},
+    {"eval", "score a decision model on a dataset: accuracy, calibration, stability",
+     cmd_eval_main},
+    {"drift", "compare two decision models answer by answer (KL, flips)", cmd_drift_main},
+    {"quantize", "re-encode a GGUF model with the engine's llama-quantize", cmd_quantize_main},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
