@@ -285,19 +285,6 @@ static void print_table(const json_t *s) {
     }
 }
 
-static int parse_uint(const char *flag, const char *s, unsigned lo, unsigned hi, unsigned *out) {
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno || end == s || *end || *s == '-' || v < lo || v > hi) {
-        fprintf(stderr, "tandem drift: %s %s: expected an integer from %u to %u\n", flag, s, lo,
-                hi);
-        return 2;
-    }
-    *out = (unsigned)v;
-    return 0;
-}
-
 int cmd_drift_main(int argc, char **argv, const char *llama_server) {
     (void)llama_server;
     enum { O_REF = 256, O_CAND, O_MREF, O_MCAND, O_DATA, O_TOP, O_CONC, O_JSON, O_KEY,
@@ -329,14 +316,19 @@ int cmd_drift_main(int argc, char **argv, const char *llama_server) {
         case O_MREF: mref = optarg; break;
         case O_MCAND: mcand = optarg; break;
         case O_DATA: data = optarg; break;
-        case O_TOP: rc = parse_uint("--top", optarg, 0, 1000000, &top); break;
+        case O_TOP: rc = cmd_eval_parse_uint("drift", "--top", optarg, 0, 1000000, &top); break;
         case O_CONC:
-            rc = parse_uint("--concurrency", optarg, 1, EVAL_MAX_CONCURRENCY, &p.concurrency);
+            rc = cmd_eval_parse_uint("drift", "--concurrency", optarg,
+                                     1, EVAL_MAX_CONCURRENCY, &p.concurrency);
             break;
         case O_JSON: as_json = 1; break;
         case O_KEY: p.api_key = optarg; break;
-        case O_TIMEOUT: rc = parse_uint("--timeout", optarg, 1, 86400, &timeout_s); break;
-        case O_RETRIES: rc = parse_uint("--retries", optarg, 0, 10, &p.retries); break;
+        case O_TIMEOUT:
+            rc = cmd_eval_parse_uint("drift", "--timeout", optarg, 1, 86400, &timeout_s);
+            break;
+        case O_RETRIES:
+            rc = cmd_eval_parse_uint("drift", "--retries", optarg, 0, 10, &p.retries);
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -423,13 +423,14 @@ static int write_atomic(const char *path, const char *data, size_t len) {
 
 /* --- the command -------------------------------------------------------------- */
 
-static int parse_uint(const char *flag, const char *s, unsigned lo, unsigned hi, unsigned *out) {
+int cmd_eval_parse_uint(const char *cmd, const char *flag, const char *s, unsigned lo,
+                        unsigned hi, unsigned *out) {
     char *end;
     errno = 0;
     unsigned long v = strtoul(s, &end, 10);
     if (errno || end == s || *end || *s == '-' || v < lo || v > hi) {
-        fprintf(stderr, "tandem eval: %s %s: expected an integer from %u to %u\n", flag, s, lo,
-                hi);
+        fprintf(stderr, "tandem %s: %s %s: expected an integer from %u to %u\n", cmd, flag, s,
+                lo, hi);
         return 2;
     }
     *out = (unsigned)v;
@@ -482,16 +483,21 @@ int cmd_eval_main(int argc, char **argv, const char *llama_server) {
             return 2;
         case O_MODEL: p.model = optarg; break;
         case O_DATA: data = optarg; break;
-        case O_REPEAT: rc = parse_uint("--repeat", optarg, 1, EVAL_MAX_REPEAT, &p.repeat); break;
+        case O_REPEAT:
+            rc = cmd_eval_parse_uint("eval", "--repeat", optarg, 1, EVAL_MAX_REPEAT, &p.repeat);
+            break;
         case O_CONC:
-            rc = parse_uint("--concurrency", optarg, 1, EVAL_MAX_CONCURRENCY, &p.concurrency);
+            rc = cmd_eval_parse_uint("eval", "--concurrency", optarg,
+                                     1, EVAL_MAX_CONCURRENCY, &p.concurrency);
             break;
         case O_REPORT: report = optarg; break;
         case O_JSON: as_json = 1; break;
         case O_KEY: p.api_key = optarg; break;
         case O_LOW: rc = parse_double("--low-confidence", optarg, 0, 1, &low); break;
         case O_TIMEOUT: rc = parse_double("--timeout", optarg, 0.001, 86400, &timeout_s); break;
-        case O_RETRIES: rc = parse_uint("--retries", optarg, 0, 10, &p.retries); break;
+        case O_RETRIES:
+            rc = cmd_eval_parse_uint("eval", "--retries", optarg, 0, 10, &p.retries);
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -43,4 +43,10 @@ json_t *cmd_eval_number(double x);
  * prints "tandem <cmd>: ..." to stderr and returns 2 (usage). */
 int cmd_eval_check_endpoint(const char *cmd, const char *flag, const char *value);
 
+/* Parses s as an integer in [lo, hi] into *out for option flag. Returns 0,
+ * or prints "tandem <cmd>: <flag> <s>: expected an integer from lo to hi"
+ * and returns 2 (usage). */
+int cmd_eval_parse_uint(const char *cmd, const char *flag, const char *s, unsigned lo,
+                        unsigned hi, unsigned *out);
+
 #endif
