@@ -6,7 +6,6 @@
  * table is rendered from it, so the two cannot disagree. Nothing but GGUF
  * headers is read. Models are listed highest priority first. */
 #include "cmd_plan.h"
-#include "plan_cli.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -16,12 +15,9 @@
 
 #include "config.h"
 #include "fit.h"
-#include "footprint.h"
 #include "ggml_types.h"
-#include "host.h"
-#include "mem.h"
-#include "nvml.h"
 #include "plan.h"
+#include "plan_cli.h"
 #include "units.h"
 #include "version.h"
 
