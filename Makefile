@@ -73,6 +73,11 @@ $(1)/tests/unit: $(filter-out $(1)/obj/main.o,$(SRC:src/%.c=$(1)/obj/%.o)) $(TES
 	$$(CC) $(2) -o $$@ $$^ $$(call pkg,criterion,libcriterion-dev,--libs) $$(LDLIBS)
 endef
 
+# A test helper, not part of the unit runner: prints a prom registry for the
+# official Python parser (tests/e2e/test_prom_format.py).
+$(BUILD)/tests/prom_dump: $(BUILD)/tests/prom_dump.o $(BUILD)/obj/prom.o $(BUILD)/obj/mem.o $(BUILD)/obj/err.o
+	$(CC) -o $@ $^
+
 $(eval $(call flavour,$(BUILD),))
 $(eval $(call flavour,$(BUILD)/asan,$(ASAN_FLAGS)))
 $(eval $(call flavour,$(BUILD)/fuzz,$(FUZZ_FLAGS),clang))
@@ -114,7 +119,7 @@ $(VENV)/.stamp: tests/e2e/requirements.txt
 unit: $(BUILD)/tests/unit
 	$(BUILD)/tests/unit
 
-e2e: $(BUILD)/tandem venv
+e2e: $(BUILD)/tandem $(BUILD)/tests/prom_dump venv
 	TANDEM_BIN=$(abspath $(BUILD)/tandem) $(PYTEST) tests/e2e
 
 fixtures: $(BUILD)/tandem
