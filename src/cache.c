@@ -1,9 +1,11 @@
 /* cache.c: resolves paths under tandem's cache root from the environment.
- * Pure string work: nothing here touches the file system. */
+ * String work, except cache_make_dir, which creates a directory on demand. */
 #include "cache.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 static const char *nonempty_env(const char *name) {
     const char *v = getenv(name);
@@ -30,5 +32,18 @@ tandem_err cache_path(char *out, size_t cap, const char *sub) {
             out[0] = '\0';
         return TANDEM_ERR_TOOBIG;
     }
+    return TANDEM_OK;
+}
+
+tandem_err cache_make_dir(char *out, size_t cap, const char *sub) {
+    char root[4096];
+    tandem_err e = cache_path(root, sizeof root, NULL);
+    if (e == TANDEM_OK)
+        e = cache_path(out, cap, sub);
+    if (e != TANDEM_OK)
+        return e;
+    if ((mkdir(root, 0755) != 0 && errno != EEXIST) ||
+        (mkdir(out, 0755) != 0 && errno != EEXIST))
+        return TANDEM_ERR_IO;
     return TANDEM_OK;
 }

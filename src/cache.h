@@ -15,4 +15,9 @@
  * TANDEM_ERR_TOOBIG when the path does not fit in cap (out is then ""). */
 tandem_err cache_path(char *out, size_t cap, const char *sub);
 
+/* Like cache_path, then creates the root and sub (one level each, mode 0755)
+ * if missing. Returns cache_path's errors, or TANDEM_ERR_IO when a directory
+ * cannot be created (errno says why). */
+tandem_err cache_make_dir(char *out, size_t cap, const char *sub);
+
 #endif

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
-#include <sys/stat.h>
 
 #include "cache.h"
 #include "engine.h"
@@ -133,12 +132,8 @@ static int plan_one(const char *name, struct plan_model *m, const struct run_opt
 
 static int default_log(const char *name, char *out, size_t cap) {
     char dir[4096];
-    if (cache_path(dir, sizeof dir, "logs") != TANDEM_OK)
+    if (cache_make_dir(dir, sizeof dir, "logs") != TANDEM_OK)
         return 1;
-    char root[4096];
-    if (cache_path(root, sizeof root, NULL) == TANDEM_OK)
-        mkdir(root, 0755);
-    mkdir(dir, 0755);
     int n = snprintf(out, cap, "%s/%s.log", dir, name);
     return n < 0 || (size_t)n >= cap;
 }

@@ -746,22 +746,14 @@ tandem_err config_load_buffer(const char *name, const char *data, size_t len, st
 
 tandem_err config_load(const char *path, struct config **out, char *err, size_t errlen) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        tandem_errmsg(err, errlen, "%s: %s", path, strerror(errno));
-        return TANDEM_ERR_IO;
-    }
     struct mem_buf b;
     mem_buf_init(&b, 16u << 20);
-    char chunk[65536];
-    size_t n;
-    tandem_err e = TANDEM_OK;
-    while (e == TANDEM_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        e = mem_buf_append(&b, chunk, n);
-    fclose(f);
+    tandem_err e = mem_buf_append_file(&b, path);
     if (e != TANDEM_OK)
         tandem_errmsg(err, errlen, "%s: %s", path,
-                      e == TANDEM_ERR_TOOBIG ? "larger than 16 MiB" : tandem_strerror(e));
+                      e == TANDEM_ERR_IO      ? strerror(errno)
+                      : e == TANDEM_ERR_TOOBIG ? "larger than 16 MiB"
+                                               : tandem_strerror(e));
     else
         e = config_load_buffer(path, b.data, b.len, out, err, errlen);
     mem_buf_deinit(&b);

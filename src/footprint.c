@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -223,15 +222,10 @@ tandem_err footprint_key(const struct plan_model *m, const struct plan_settings 
 
 static tandem_err entry_path(const char *key, char *out, size_t cap, bool create_dir) {
     char dir[4096];
-    tandem_err e = cache_path(dir, sizeof dir, "footprints");
+    tandem_err e = create_dir ? cache_make_dir(dir, sizeof dir, "footprints")
+                              : cache_path(dir, sizeof dir, "footprints");
     if (e != TANDEM_OK)
         return e;
-    if (create_dir) {
-        char root[4096];
-        if (cache_path(root, sizeof root, NULL) == TANDEM_OK)
-            mkdir(root, 0755);
-        mkdir(dir, 0755);
-    }
     int n = snprintf(out, cap, "%s/%s.json", dir, key);
     return n < 0 || (size_t)n >= cap ? TANDEM_ERR_TOOBIG : TANDEM_OK;
 }
@@ -328,21 +322,6 @@ void footprint_apply(const struct footprint_measure *m, struct plan_footprint *f
 
 /* --- recording a run ------------------------------------------------------------ */
 
-static tandem_err read_file(const char *path, struct mem_buf *out) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return TANDEM_ERR_IO;
-    char chunk[65536];
-    size_t n;
-    tandem_err e = TANDEM_OK;
-    while (e == TANDEM_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        e = mem_buf_append(out, chunk, n);
-    if (ferror(f))
-        e = TANDEM_ERR_IO;
-    fclose(f);
-    return e;
-}
-
 /* NVML's view of process pid on device 0; 0 when there is no GPU or no entry. */
 static uint64_t process_bytes(long pid) {
     struct nvml *nvml = NULL;
@@ -360,7 +339,7 @@ tandem_err footprint_record_log(const struct plan_model *m, const struct plan_se
     struct mem_buf log;
     struct footprint_measure meas;
     mem_buf_init(&log, 256u << 20);
-    tandem_err e = read_file(log_path, &log);
+    tandem_err e = mem_buf_append_file(&log, log_path);
     if (e == TANDEM_OK)
         e = footprint_parse_log(log.data, log.len, &meas);
     mem_buf_deinit(&log);

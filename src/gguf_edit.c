@@ -250,21 +250,14 @@ static tandem_err put_array_json(struct mem_buf *b, enum gguf_type elem, const c
 }
 
 static tandem_err put_file(struct mem_buf *b, const char *path, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        tandem_errmsg(err, errlen, "cannot read %s: %s", path, strerror(errno));
-        return TANDEM_ERR_IO;
-    }
     struct mem_buf text;
     mem_buf_init(&text, VALUE_MAX - 16);
-    char chunk[65536];
-    size_t n;
-    tandem_err e = TANDEM_OK;
-    while (e == TANDEM_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        e = mem_buf_append(&text, chunk, n);
-    if (e == TANDEM_OK && ferror(f))
-        e = TANDEM_ERR_IO;
-    fclose(f);
+    tandem_err e = mem_buf_append_file(&text, path);
+    if (e == TANDEM_ERR_IO) {
+        tandem_errmsg(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        mem_buf_deinit(&text);
+        return e;
+    }
     if (e == TANDEM_OK)
         e = put_u32(b, GGUF_TYPE_STRING);
     if (e == TANDEM_OK)

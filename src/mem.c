@@ -6,7 +6,9 @@
  * Overflow of n * size is checked before any multiplication. */
 #include "mem.h"
 
+#include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,6 +135,23 @@ tandem_err mem_buf_append(struct mem_buf *b, const void *p, size_t n) {
     b->len += n;
     b->data[b->len] = '\0';
     return TANDEM_OK;
+}
+
+tandem_err mem_buf_append_file(struct mem_buf *b, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return TANDEM_ERR_IO;
+    char chunk[65536];
+    size_t n;
+    tandem_err e = TANDEM_OK;
+    while (e == TANDEM_OK && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        e = mem_buf_append(b, chunk, n);
+    if (e == TANDEM_OK && ferror(f))
+        e = TANDEM_ERR_IO;
+    int saved = errno;
+    fclose(f);
+    errno = saved;
+    return e;
 }
 
 void mem_buf_deinit(struct mem_buf *b) {

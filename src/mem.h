@@ -74,6 +74,11 @@ void mem_buf_init(struct mem_buf *b, size_t max);
  * (nothing is appended then), TANDEM_ERR_NOMEM on allocation failure. */
 tandem_err mem_buf_append(struct mem_buf *b, const void *p, size_t n);
 
+/* Appends the whole file at path (borrowed). Returns TANDEM_ERR_IO when it
+ * cannot be opened or read (errno says why), TANDEM_ERR_TOOBIG past max,
+ * TANDEM_ERR_NOMEM. */
+tandem_err mem_buf_append_file(struct mem_buf *b, const char *path);
+
 /* Releases the buffer's memory; b may be reused after mem_buf_init(). */
 void mem_buf_deinit(struct mem_buf *b);
 
