@@ -12,10 +12,10 @@ CUDA    ?=
 PYTHON  ?= python3
 
 BUILD   := build
-CFLAGS_COMMON := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP -Isrc -I$(BUILD)/gen
+CFLAGS_COMMON := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP -iquote src -iquote $(BUILD)/gen
 # Library flags are expanded only inside recipes, after `make deps` had its chance.
 LIBS_PC    = jansson:libjansson-dev libcrypto:libssl-dev libfyaml:libfyaml-dev libevent:libevent-dev \
-             libcurl:libcurl4-openssl-dev
+             libcurl:libcurl4-openssl-dev libzstd:libzstd-dev
 LIB_CFLAGS = $(foreach l,$(LIBS_PC),$(call pkg,$(word 1,$(subst :, ,$(l))),$(word 2,$(subst :, ,$(l))),--cflags)) -pthread
 LDLIBS     = $(foreach l,$(LIBS_PC),$(call pkg,$(word 1,$(subst :, ,$(l))),$(word 2,$(subst :, ,$(l))),--libs)) -pthread -ldl -lm
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -40,7 +40,7 @@ help:
 	@echo "make test       install what is missing, build, run unit + end-to-end tests"
 	@echo "make run        install, build, run the main job (today: the engine smoke test)"
 	@echo "make asan       unit tests under AddressSanitizer + UBSan"
-	@echo "make fuzz       fuzz the GGUF reader, then the config loader, FUZZ_SECONDS (default 60) each"
+	@echo "make fuzz       fuzz the GGUF reader, config loader and System One request checks, FUZZ_SECONDS (default 60) each"
 	@echo "make deps       system packages, pinned engine (CUDA=1 for a CUDA build), test models, venv"
 	@echo "make fixtures   build the decision-model fixtures into ~/.cache/tandem/fixtures"
 	@echo "make bench      benchmarks; tables land in docs/"
@@ -89,7 +89,7 @@ FUZZ_LIB_OBJ = $(filter-out $(BUILD)/fuzz/obj/main.o $(BUILD)/fuzz/obj/cmd_%.o,$
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
 	clang $(CFLAGS_COMMON) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(LIB_CFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
 
-fuzz: $(BUILD)/fuzz/fuzz_gguf $(BUILD)/fuzz/fuzz_config venv
+fuzz: $(BUILD)/fuzz/fuzz_gguf $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_s1 venv
 	@$(VENV)/bin/python tests/fuzz/make_seeds.py $(BUILD)/fuzz/seeds
 	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/crashes
 	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=262144 -timeout=10 \
@@ -100,6 +100,11 @@ fuzz: $(BUILD)/fuzz/fuzz_gguf $(BUILD)/fuzz/fuzz_config venv
 	$(BUILD)/fuzz/fuzz_config -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
 	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/ \
 	  $(BUILD)/fuzz/config-corpus $(BUILD)/fuzz/config-seeds
+	@mkdir -p $(BUILD)/fuzz/s1-corpus $(BUILD)/fuzz/s1-seeds
+	@$(PYTHON) -c 'import json, sys; [open("%s/%03d.json" % (sys.argv[2], i), "w", encoding="utf-8").write(json.dumps(json.loads(l)["body"], ensure_ascii=False)) for i, l in enumerate(open(sys.argv[1], encoding="utf-8")) if l.strip()]' tests/data/s1/cases.jsonl $(BUILD)/fuzz/s1-seeds
+	$(BUILD)/fuzz/fuzz_s1 -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
+	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/ \
+	  $(BUILD)/fuzz/s1-corpus $(BUILD)/fuzz/s1-seeds
 
 # --- dependencies: packages, engine, models, Python -------------------------
 deps:

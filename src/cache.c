@@ -3,6 +3,7 @@
 #include "cache.h"
 
 #include <errno.h>
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -46,4 +47,20 @@ tandem_err cache_make_dir(char *out, size_t cap, const char *sub) {
         (mkdir(out, 0755) != 0 && errno != EEXIST))
         return TANDEM_ERR_IO;
     return TANDEM_OK;
+}
+
+tandem_err cache_mkdir_p(const char *path) {
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf)
+        return TANDEM_ERR_TOOBIG;
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return TANDEM_ERR_IO;
+            *p = '/';
+        }
+    return mkdir(buf, 0755) != 0 && errno != EEXIST ? TANDEM_ERR_IO : TANDEM_OK;
 }

@@ -20,4 +20,8 @@ tandem_err cache_path(char *out, size_t cap, const char *sub);
  * cannot be created (errno says why). */
 tandem_err cache_make_dir(char *out, size_t cap, const char *sub);
 
+/* Creates directory path and its missing parents (mode 0755), like mkdir -p.
+ * Returns TANDEM_ERR_IO (errno says why) or TANDEM_ERR_TOOBIG (path too long). */
+tandem_err cache_mkdir_p(const char *path);
+
 #endif

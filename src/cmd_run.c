@@ -106,13 +106,13 @@ static int plan_one(const char *name, struct plan_model *m, const struct run_opt
     struct fit_budget budget;
     uint64_t total;
     plan_cli_budget(&o->plan, &budget, &total);
-    struct fit_model fm = {name, m, o->plan.settings, false};
+    struct plan_settings want = o->plan.settings;
     if (plan_model_is_encoder(m))
-        fm.settings.ctx = 0;
+        want.ctx = 0;
     struct fit_model_result r;
     struct fit_result res;
-    bool measured = !o->plan.no_measured;
-    tandem_err e = fit_models(&fm, 1, &budget, plan_cli_footprint, &measured, &r, &res);
+    tandem_err e = plan_cli_fit_one(name, m, &want, &budget, !o->plan.no_measured, settings, &r,
+                                    &res);
     if (e != TANDEM_OK) {
         fprintf(stderr, "tandem run: %s: %s\n", name, tandem_strerror(e));
         return 1;
@@ -123,10 +123,6 @@ static int plan_one(const char *name, struct plan_model *m, const struct run_opt
     }
     fprintf(stderr, "tandem run: plan: %s: %s\n",
             res.verdict == FIT_CO_RESIDENT ? "fits" : fit_verdict_name(res.verdict), res.reason);
-    struct plan_settings s = fm.settings;
-    s.gpu = budget.gpu;
-    s.ngl = r.ngl;
-    plan_model_resolve(m, &s, settings);
     return 0;
 }
 

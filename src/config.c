@@ -304,21 +304,12 @@ static bool k_listen(struct walk *w, struct fy_node *v, const char *p, void *t) 
     char s[250];
     if (!scalar(w, v, p, s, sizeof s))
         return false;
-    char *colon = strrchr(s, ':');
-    if (!colon || colon == s)
-        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected host:port, got \"%s\"", s);
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end || port < 1 || port > 65535)
-        return fail(w, TANDEM_ERR_FORMAT, v, p, "port must be 1 to 65535, got \"%s\"", colon + 1);
-    *colon = '\0';
-    char *host = s;
-    if (host[0] == '[' && colon[-1] == ']') {
-        host++;
-        colon[-1] = '\0';
-    }
-    snprintf(CFG(t)->listen_host, sizeof CFG(t)->listen_host, "%s", host);
-    CFG(t)->listen_port = (uint16_t)port;
+    tandem_err e = units_parse_listen(s, CFG(t)->listen_host, sizeof CFG(t)->listen_host,
+                                      &CFG(t)->listen_port);
+    if (e == TANDEM_ERR_RANGE)
+        return fail(w, e, v, p, "port must be 1 to 65535, got \"%s\"", strrchr(s, ':') + 1);
+    if (e != TANDEM_OK)
+        return fail(w, e, v, p, "expected host:port, got \"%s\"", s);
     return true;
 }
 
@@ -561,11 +552,380 @@ static bool k_logs(struct walk *w, struct fy_node *v, const char *p, void *t) {
     return walk_section(w, v, p, keys, t);
 }
 
+/* pipelines (docs/pipelines.md): stages, questions, the verdict rule */
+#define PIPE(t) ((struct config_pipeline *)(t))
+#define STAGE(t) ((struct config_stage *)(t))
+#define TEXT_MAX 16384
+
+static bool get_text(struct walk *w, struct fy_node *n, const char *path, struct config_text *out) {
+    char v[TEXT_MAX];
+    if (!scalar(w, n, path, v, sizeof v))
+        return false;
+    mem_free(out->text);
+    if (!(out->text = mem_strdup(v)))
+        return fail(w, TANDEM_ERR_NOMEM, n, path, "out of memory");
+    out->line = (uint32_t)line_of(n);
+    return true;
+}
+
+/* The keys of mapping n as strings and their values as texts. */
+static bool text_map(struct walk *w, struct fy_node *n, const char *path,
+                     struct config_question *q) {
+    int count = fy_node_mapping_item_count(n);
+    q->keys = mem_calloc((size_t)count + 1, sizeof *q->keys);
+    q->criteria = mem_calloc((size_t)count + 1, sizeof *q->criteria);
+    if (!q->keys || !q->criteria)
+        return fail(w, TANDEM_ERR_NOMEM, n, path, "out of memory");
+    void *it = NULL;
+    struct fy_node_pair *pair;
+    while ((pair = fy_node_mapping_iterate(n, &it))) {
+        char key[256], sub[1024];
+        struct fy_node *k = fy_node_pair_key(pair), *v = fy_node_pair_value(pair);
+        if (!scalar(w, k, path, key, sizeof key))
+            return false;
+        snprintf(sub, sizeof sub, "%s.%s", path, key);
+        for (size_t i = 0; i < q->n_criteria; i++)
+            if (!strcmp(q->keys[i], key))
+                return fail(w, TANDEM_ERR_FORMAT, k, sub, "duplicate key");
+        if (q->type == CONFIG_Q_NOUL && strcmp(key, "true") && strcmp(key, "false"))
+            return fail(w, TANDEM_ERR_FORMAT, k, sub, "noul criteria take only true and false");
+        if (!(q->keys[q->n_criteria] = mem_strdup(key)))
+            return fail(w, TANDEM_ERR_NOMEM, k, sub, "out of memory");
+        if (!v || !get_text(w, v, sub, &q->criteria[q->n_criteria++]))
+            return v ? false : fail(w, TANDEM_ERR_FORMAT, k, sub, "has no value");
+    }
+    return true;
+}
+
+static bool text_list(struct walk *w, struct fy_node *n, const char *path,
+                      struct config_question *q) {
+    int count = fy_node_sequence_item_count(n);
+    if (count < 2 || count > 10)
+        return fail(w, TANDEM_ERR_FORMAT, n, path, "expected 2 to 10 levels, got %d", count);
+    if (!(q->criteria = mem_calloc((size_t)count, sizeof *q->criteria)))
+        return fail(w, TANDEM_ERR_NOMEM, n, path, "out of memory");
+    void *it = NULL;
+    struct fy_node *item;
+    while ((item = fy_node_sequence_iterate(n, &it))) {
+        char sub[640];
+        snprintf(sub, sizeof sub, "%s[%zu]", path, q->n_criteria);
+        if (!get_text(w, item, sub, &q->criteria[q->n_criteria++]))
+            return false;
+    }
+    return true;
+}
+
+/* A question's walk state: criteria are read once the type is known. */
+struct qwalk {
+    struct config_question *q;
+    struct fy_node *criteria;
+    char criteria_path[512];
+    bool have_type;
+};
+#define QW(t) ((struct qwalk *)(t))
+
+static bool k_q_type(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    char s[16];
+    if (!scalar(w, v, p, s, sizeof s))
+        return false;
+    enum config_qtype *type = &QW(t)->q->type;
+    if (!strcmp(s, "choice"))
+        *type = CONFIG_Q_CHOICE;
+    else if (!strcmp(s, "score"))
+        *type = CONFIG_Q_SCORE;
+    else if (!strcmp(s, "noul"))
+        *type = CONFIG_Q_NOUL;
+    else
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected choice, score or noul, got \"%s\"", s);
+    QW(t)->have_type = true;
+    return true;
+}
+static bool k_q_instructions(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    return get_text(w, v, p, &QW(t)->q->instructions);
+}
+static bool k_q_criteria(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    (void)w;
+    QW(t)->criteria = v;
+    snprintf(QW(t)->criteria_path, sizeof QW(t)->criteria_path, "%s", p);
+    return true;
+}
+
+static bool question_criteria(struct walk *w, struct qwalk *qw) {
+    struct config_question *q = qw->q;
+    struct fy_node *c = qw->criteria;
+    const char *p = qw->criteria_path;
+    if (!c) {
+        if (q->type == CONFIG_Q_NOUL)
+            return true;
+        return fail(w, TANDEM_ERR_FORMAT, NULL, p, "is required for a %s question",
+                    q->type == CONFIG_Q_CHOICE ? "choice" : "score");
+    }
+    if (q->type == CONFIG_Q_SCORE)
+        return fy_node_is_sequence(c) ? text_list(w, c, p, q)
+                                      : fail(w, TANDEM_ERR_FORMAT, c, p, "expected a list of levels");
+    if (!fy_node_is_mapping(c))
+        return fail(w, TANDEM_ERR_FORMAT, c, p, "expected a mapping of %s",
+                    q->type == CONFIG_Q_CHOICE ? "option -> description" : "true/false -> description");
+    if (!text_map(w, c, p, q))
+        return false;
+    if (q->type == CONFIG_Q_CHOICE && q->n_criteria < 2)
+        return fail(w, TANDEM_ERR_FORMAT, c, p, "expected at least 2 options");
+    return true;
+}
+
+static const struct key QUESTION_KEYS[] = {
+    {"type", k_q_type}, {"instructions", k_q_instructions}, {"criteria", k_q_criteria},
+    {NULL, NULL}};
+
+static bool k_questions(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    struct config_stage *st = STAGE(t);
+    if (!fy_node_is_mapping(v) || fy_node_mapping_item_count(v) < 1)
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected a mapping of at least one question");
+    st->questions = mem_calloc((size_t)fy_node_mapping_item_count(v), sizeof *st->questions);
+    if (!st->questions)
+        return fail(w, TANDEM_ERR_NOMEM, v, p, "out of memory");
+    void *it = NULL;
+    struct fy_node_pair *pair;
+    while ((pair = fy_node_mapping_iterate(v, &it))) {
+        struct config_question *q = &st->questions[st->n_questions++];
+        struct fy_node *k = fy_node_pair_key(pair), *qv = fy_node_pair_value(pair);
+        char id[128], sub[384];
+        if (!scalar(w, k, p, id, sizeof id))
+            return false;
+        snprintf(sub, sizeof sub, "%s.%s", p, id);
+        q->line = (uint32_t)line_of(k);
+        if (!(q->id = mem_strdup(id)))
+            return fail(w, TANDEM_ERR_NOMEM, k, sub, "out of memory");
+        struct qwalk qw = {.q = q};
+        snprintf(qw.criteria_path, sizeof qw.criteria_path, "%s.criteria", sub);
+        if (!qv)
+            return fail(w, TANDEM_ERR_FORMAT, k, sub, "has no settings");
+        if (!walk_section(w, qv, sub, QUESTION_KEYS, &qw))
+            return false;
+        w->line = (int)q->line;
+        if (!qw.have_type)
+            return fail(w, TANDEM_ERR_FORMAT, NULL, sub, "type is required (choice, score or noul)");
+        if (!q->instructions.text)
+            return fail(w, TANDEM_ERR_FORMAT, NULL, sub, "instructions is required");
+        w->line = 0;
+        if (!question_criteria(w, &qw))
+            return false;
+    }
+    return true;
+}
+
+static bool k_s_model(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    STAGE(t)->model_line = (uint32_t)line_of(v);
+    return get_string(w, v, p, &STAGE(t)->model);
+}
+static bool k_s_instructions(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    return get_text(w, v, p, &STAGE(t)->instructions);
+}
+
+/* A stage mapping; the model is required. */
+static bool stage(struct walk *w, struct fy_node *v, const char *p, const struct key *keys,
+                  struct config_stage *st) {
+    st->line = (uint32_t)line_of(v);
+    if (!walk_section(w, v, p, keys, st))
+        return false;
+    if (!st->model) {
+        char at[512];
+        snprintf(at, sizeof at, "%s.model", p);
+        w->line = (int)st->line;
+        return fail(w, TANDEM_ERR_FORMAT, NULL, at, "is required");
+    }
+    return true;
+}
+
+static bool k_p_decide(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    static const struct key keys[] = {{"model", k_s_model},
+                                      {"instructions", k_s_instructions},
+                                      {"questions", k_questions},
+                                      {NULL, NULL}};
+    return stage(w, v, p, keys, &PIPE(t)->decide);
+}
+
+static bool k_p_verify(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    static const struct key keys[] = {
+        {"model", k_s_model}, {"questions", k_questions}, {NULL, NULL}};
+    struct config_pipeline *pl = PIPE(t);
+    if (!fy_node_is_sequence(v) || fy_node_sequence_item_count(v) < 1)
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected a list of at least one stage");
+    pl->verify = mem_calloc((size_t)fy_node_sequence_item_count(v), sizeof *pl->verify);
+    if (!pl->verify)
+        return fail(w, TANDEM_ERR_NOMEM, v, p, "out of memory");
+    void *it = NULL;
+    struct fy_node *item;
+    while ((item = fy_node_sequence_iterate(v, &it))) {
+        char sub[384];
+        snprintf(sub, sizeof sub, "%s[%zu]", p, pl->n_verify);
+        struct config_stage *st = &pl->verify[pl->n_verify++];
+        if (!stage(w, item, sub, keys, st))
+            return false;
+        if (!st->n_questions) {
+            w->line = (int)st->line;
+            return fail(w, TANDEM_ERR_FORMAT, NULL, sub, "questions is required");
+        }
+    }
+    return true;
+}
+
+/* "OP VALUE": ">= 0.7", "< 2", "== yes". */
+static bool parse_threshold(struct walk *w, struct fy_node *v, const char *p,
+                            struct config_threshold *th) {
+    char s[300], *end;
+    if (!scalar(w, v, p, s, sizeof s))
+        return false;
+    const char *ops[] = {">=", "<=", "==", ">", "<"};
+    const char *rest = NULL;
+    for (size_t i = 0; i < 5 && !rest; i++)
+        if (!strncmp(s, ops[i], strlen(ops[i]))) {
+            snprintf(th->op, sizeof th->op, "%s", ops[i]);
+            rest = s + strlen(ops[i]);
+        }
+    while (rest && *rest == ' ')
+        rest++;
+    if (!rest || !*rest)
+        return fail(w, TANDEM_ERR_FORMAT, v, p,
+                    "expected \"OP VALUE\" with OP one of >=, >, <=, <, ==, got \"%s\"", s);
+    th->line = (uint32_t)line_of(v);
+    if (!strcmp(th->op, "==")) {
+        if (!(th->option = mem_strdup(rest)))
+            return fail(w, TANDEM_ERR_NOMEM, v, p, "out of memory");
+        return true;
+    }
+    errno = 0;
+    th->value = strtod(rest, &end);
+    if (end == rest || *end || errno)
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected a number after %s, got \"%s\"", th->op,
+                    rest);
+    return true;
+}
+
+static bool k_v_thresholds(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    struct config_pipeline *pl = PIPE(t);
+    if (!fy_node_is_mapping(v))
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected a mapping question -> \"OP VALUE\"");
+    pl->thresholds = mem_calloc((size_t)fy_node_mapping_item_count(v) + 1, sizeof *pl->thresholds);
+    if (!pl->thresholds)
+        return fail(w, TANDEM_ERR_NOMEM, v, p, "out of memory");
+    void *it = NULL;
+    struct fy_node_pair *pair;
+    while ((pair = fy_node_mapping_iterate(v, &it))) {
+        struct config_threshold *th = &pl->thresholds[pl->n_thresholds++];
+        struct fy_node *k = fy_node_pair_key(pair), *tv = fy_node_pair_value(pair);
+        char id[128], sub[384];
+        if (!scalar(w, k, p, id, sizeof id))
+            return false;
+        snprintf(sub, sizeof sub, "%s.%s", p, id);
+        if (!(th->question = mem_strdup(id)))
+            return fail(w, TANDEM_ERR_NOMEM, k, sub, "out of memory");
+        if (!tv || !parse_threshold(w, tv, sub, th))
+            return tv ? false : fail(w, TANDEM_ERR_FORMAT, k, sub, "has no value");
+    }
+    return true;
+}
+static bool k_v_min_confidence(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    char s[64], *end;
+    if (!scalar(w, v, p, s, sizeof s))
+        return false;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (end == s || *end || errno || x < 0 || x > 1)
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected a number from 0 to 1, got \"%s\"", s);
+    PIPE(t)->min_confidence = x;
+    return true;
+}
+static bool k_v_on_reject(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    char s[32];
+    if (!scalar(w, v, p, s, sizeof s))
+        return false;
+    if (!strcmp(s, "next_best"))
+        PIPE(t)->on_reject = CONFIG_ON_REJECT_NEXT_BEST;
+    else if (!strcmp(s, "reject"))
+        PIPE(t)->on_reject = CONFIG_ON_REJECT_REJECT;
+    else if (!strcmp(s, "escalate"))
+        PIPE(t)->on_reject = CONFIG_ON_REJECT_ESCALATE;
+    else
+        return fail(w, TANDEM_ERR_FORMAT, v, p,
+                    "expected next_best, reject or escalate, got \"%s\"", s);
+    return true;
+}
+static bool k_v_max_attempts(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    uint64_t n;
+    if (!get_u64(w, v, p, 64, 1, &n))
+        return false;
+    PIPE(t)->max_attempts = (uint32_t)n;
+    return true;
+}
+static bool k_e_pipeline(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    return get_string(w, v, p, &PIPE(t)->escalate_pipeline);
+}
+static bool k_e_model(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    return get_string(w, v, p, &PIPE(t)->escalate_model);
+}
+static bool k_v_escalate(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    static const struct key keys[] = {
+        {"pipeline", k_e_pipeline}, {"model", k_e_model}, {NULL, NULL}};
+    if (!walk_section(w, v, p, keys, t))
+        return false;
+    if (!PIPE(t)->escalate_pipeline == !PIPE(t)->escalate_model)
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected exactly one of pipeline or model");
+    return true;
+}
+static bool k_p_verdict(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    static const struct key keys[] = {
+        {"thresholds", k_v_thresholds}, {"min_confidence", k_v_min_confidence},
+        {"on_reject", k_v_on_reject},   {"max_attempts", k_v_max_attempts},
+        {"escalate", k_v_escalate},     {NULL, NULL}};
+    PIPE(t)->verdict_line = (uint32_t)line_of(v);
+    return walk_section(w, v, p, keys, t);
+}
+
+static const struct key PIPELINE_KEYS[] = {
+    {"decide", k_p_decide}, {"verify", k_p_verify}, {"verdict", k_p_verdict}, {NULL, NULL}};
+
+static bool k_pipelines(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    struct config *c = CFG(t);
+    if (!fy_node_is_mapping(v) || fy_node_mapping_item_count(v) < 1)
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected a mapping of at least one pipeline");
+    c->pipelines = mem_calloc((size_t)fy_node_mapping_item_count(v), sizeof *c->pipelines);
+    if (!c->pipelines)
+        return fail(w, TANDEM_ERR_NOMEM, v, p, "out of memory");
+    void *it = NULL;
+    struct fy_node_pair *pair;
+    while ((pair = fy_node_mapping_iterate(v, &it))) {
+        struct config_pipeline *pl = &c->pipelines[c->n_pipelines++];
+        struct fy_node *k = fy_node_pair_key(pair), *pv = fy_node_pair_value(pair);
+        char name[128], sub[256];
+        if (!scalar(w, k, p, name, sizeof name))
+            return false;
+        snprintf(sub, sizeof sub, "%s.%s", p, name);
+        pl->line = (uint32_t)line_of(k);
+        pl->max_attempts = 3;
+        if (!(pl->name = mem_strdup(name)))
+            return fail(w, TANDEM_ERR_NOMEM, k, sub, "out of memory");
+        if (strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+            strlen(name))
+            return fail(w, TANDEM_ERR_FORMAT, k, sub,
+                        "a pipeline name is letters, digits, '_', '.' and '-' (it is a URL path)");
+        if (!pv || !walk_section(w, pv, sub, PIPELINE_KEYS, pl))
+            return pv ? false : fail(w, TANDEM_ERR_FORMAT, k, sub, "has no settings");
+        w->line = (int)pl->line;
+        if (!pl->decide.model)
+            return fail(w, TANDEM_ERR_FORMAT, NULL, sub, "decide is required");
+        if (!pl->n_verify)
+            return fail(w, TANDEM_ERR_FORMAT, NULL, sub, "verify is required");
+        w->line = 0;
+    }
+    return true;
+}
+
 static const struct key ROOT_KEYS[] = {
     {"listen", k_listen},   {"api_keys", k_api_keys},     {"budget", k_budget},
     {"engine", k_engine},   {"defaults", k_defaults},     {"limits", k_limits},
     {"scheduling", k_scheduling}, {"shutdown", k_shutdown}, {"logs", k_logs},
-    {"models", k_models},   {NULL, NULL}};
+    {"models", k_models},   {"pipelines", k_pipelines},   {NULL, NULL}};
 
 /* --- cross-checks, defaults, entry points ----------------------------------------------------- */
 
@@ -599,6 +959,108 @@ static bool check_names(struct walk *w, struct config *c, struct fy_node *root) 
     return true;
 }
 
+/* Checks a pipeline against the models and itself: stage models exist, verify
+ * question ids are unique, thresholds name a verify question and suit its
+ * type, an escalation names something that exists. */
+static const struct config_question *verify_question(const struct config_pipeline *pl,
+                                                     const char *id) {
+    for (size_t s = 0; s < pl->n_verify; s++)
+        for (size_t q = 0; q < pl->verify[s].n_questions; q++)
+            if (!strcmp(pl->verify[s].questions[q].id, id))
+                return &pl->verify[s].questions[q];
+    return NULL;
+}
+
+static bool check_stage_model(struct walk *w, const struct config *c, const struct config_stage *st,
+                              const char *path) {
+    if (config_find_model(c, st->model))
+        return true;
+    w->line = (int)st->model_line;
+    return fail(w, TANDEM_ERR_FORMAT, NULL, path, "\"%s\" is not a model or alias", st->model);
+}
+
+static bool check_threshold(struct walk *w, const struct config_pipeline *pl,
+                            const struct config_threshold *th) {
+    char p[400];
+    snprintf(p, sizeof p, "pipelines.%s.verdict.thresholds.%s", pl->name, th->question);
+    w->line = (int)th->line;
+    const struct config_question *q = verify_question(pl, th->question);
+    if (!q)
+        return fail(w, TANDEM_ERR_FORMAT, NULL, p, "no verify question has this id");
+    bool eq = !strcmp(th->op, "==");
+    if (q->type == CONFIG_Q_CHOICE && !eq)
+        return fail(w, TANDEM_ERR_FORMAT, NULL, p, "a choice question takes \"== OPTION\"");
+    if (q->type != CONFIG_Q_CHOICE && eq)
+        return fail(w, TANDEM_ERR_FORMAT, NULL, p, "a %s question takes >=, >, <= or <",
+                    q->type == CONFIG_Q_NOUL ? "noul" : "score");
+    if (eq) {
+        for (size_t i = 0; i < q->n_criteria; i++)
+            if (!strcmp(q->keys[i], th->option))
+                return true;
+        return fail(w, TANDEM_ERR_FORMAT, NULL, p, "\"%s\" is not an option of %s", th->option,
+                    q->id);
+    }
+    if (q->type == CONFIG_Q_NOUL && (th->value < 0 || th->value > 1))
+        return fail(w, TANDEM_ERR_FORMAT, NULL, p, "a noul is a probability: 0 to 1, got %g",
+                    th->value);
+    return true;
+}
+
+/* Follows escalate.pipeline from pl; a chain that comes back is a cycle. */
+static bool check_escalation(struct walk *w, const struct config *c,
+                             const struct config_pipeline *pl) {
+    char p[300];
+    snprintf(p, sizeof p, "pipelines.%s.verdict.escalate", pl->name);
+    w->line = (int)pl->verdict_line;
+    if (pl->on_reject == CONFIG_ON_REJECT_ESCALATE && !pl->escalate_pipeline && !pl->escalate_model)
+        return fail(w, TANDEM_ERR_FORMAT, NULL, p, "is required with on_reject: escalate");
+    if (pl->escalate_model && !config_find_model(c, pl->escalate_model))
+        return fail(w, TANDEM_ERR_FORMAT, NULL, p, "model \"%s\" is not a model or alias",
+                    pl->escalate_model);
+    const struct config_pipeline *next = pl;
+    for (size_t hops = 0; next && next->escalate_pipeline; hops++) {
+        const char *to = next->escalate_pipeline;
+        if (!(next = config_find_pipeline(c, to)))
+            return fail(w, TANDEM_ERR_FORMAT, NULL, p, "pipeline \"%s\" does not exist", to);
+        if (next == pl || hops > c->n_pipelines)
+            return fail(w, TANDEM_ERR_FORMAT, NULL, p, "escalation comes back to %s (a cycle)",
+                        pl->name);
+    }
+    return true;
+}
+
+static bool check_pipeline(struct walk *w, const struct config *c,
+                           const struct config_pipeline *pl) {
+    char p[400];
+    snprintf(p, sizeof p, "pipelines.%s.decide.model", pl->name);
+    if (!check_stage_model(w, c, &pl->decide, p))
+        return false;
+    for (size_t q = 0; q < pl->decide.n_questions; q++)
+        if (!strcmp(pl->decide.questions[q].id, CONFIG_DECIDE_CHOICE_ID)) {
+            w->line = (int)pl->decide.questions[q].line;
+            snprintf(p, sizeof p, "pipelines.%s.decide.questions.%s", pl->name, CONFIG_DECIDE_CHOICE_ID);
+            return fail(w, TANDEM_ERR_FORMAT, NULL, p, "this id is the decision itself; choose another");
+        }
+    for (size_t s = 0; s < pl->n_verify; s++) {
+        snprintf(p, sizeof p, "pipelines.%s.verify[%zu].model", pl->name, s);
+        if (!check_stage_model(w, c, &pl->verify[s], p))
+            return false;
+        for (size_t q = 0; q < pl->verify[s].n_questions; q++) {
+            const struct config_question *qq = &pl->verify[s].questions[q];
+            if (verify_question(pl, qq->id) != qq) {
+                w->line = (int)qq->line;
+                snprintf(p, sizeof p, "pipelines.%s.verify[%zu].questions.%s", pl->name, s, qq->id);
+                return fail(w, TANDEM_ERR_FORMAT, NULL, p,
+                            "an earlier verify stage has a question with this id");
+            }
+        }
+    }
+    for (size_t i = 0; i < pl->n_thresholds; i++)
+        if (!check_threshold(w, pl, &pl->thresholds[i]))
+            return false;
+    return check_escalation(w, c, pl);
+}
+
 static tandem_err set_defaults(struct config *c) {
     snprintf(c->listen_host, sizeof c->listen_host, "127.0.0.1");
     c->listen_port = 8090;
@@ -610,7 +1072,7 @@ static tandem_err set_defaults(struct config *c) {
     c->idle_timeout_ms = 60000;
     c->max_connections = 256;
     c->group_limit = 16;
-    c->starvation_ms = 5000;
+    c->starvation_ms = 30000;
     c->drain_grace_ms = 30000;
     c->stop_grace_ms = 10000;
     c->audit_max_bytes = 64ull << 20;
@@ -731,6 +1193,8 @@ tandem_err config_load_buffer(const char *name, const char *data, size_t len, st
         fail(&w, TANDEM_ERR_FORMAT, root, "models", "is required: at least one model");
     if (w.e == TANDEM_OK)
         check_names(&w, c, root);
+    for (size_t i = 0; w.e == TANDEM_OK && i < c->n_pipelines; i++)
+        check_pipeline(&w, c, &c->pipelines[i]);
     if (w.e == TANDEM_OK)
         w.e = finish_logs(c);
     fy_document_destroy(doc);
@@ -766,9 +1230,42 @@ static void free_list(char **v, size_t n) {
     mem_free(v);
 }
 
+static void free_stage(struct config_stage *st) {
+    for (size_t q = 0; st->questions && q < st->n_questions; q++) {
+        struct config_question *qq = &st->questions[q];
+        mem_free(qq->id);
+        mem_free(qq->instructions.text);
+        for (size_t i = 0; i < qq->n_criteria; i++)
+            mem_free(qq->criteria[i].text);
+        mem_free(qq->criteria);
+        free_list(qq->keys, qq->keys ? qq->n_criteria : 0);
+    }
+    mem_free(st->questions);
+    mem_free(st->model);
+    mem_free(st->instructions.text);
+}
+
+static void free_pipeline(struct config_pipeline *pl) {
+    mem_free(pl->name);
+    free_stage(&pl->decide);
+    for (size_t s = 0; pl->verify && s < pl->n_verify; s++)
+        free_stage(&pl->verify[s]);
+    mem_free(pl->verify);
+    for (size_t i = 0; pl->thresholds && i < pl->n_thresholds; i++) {
+        mem_free(pl->thresholds[i].question);
+        mem_free(pl->thresholds[i].option);
+    }
+    mem_free(pl->thresholds);
+    mem_free(pl->escalate_pipeline);
+    mem_free(pl->escalate_model);
+}
+
 void config_free(struct config *c) {
     if (!c)
         return;
+    for (size_t i = 0; c->pipelines && i < c->n_pipelines; i++)
+        free_pipeline(&c->pipelines[i]);
+    mem_free(c->pipelines);
     for (size_t i = 0; c->models && i < c->n_models; i++) {
         struct config_model *m = &c->models[i];
         mem_free(m->name);
@@ -794,5 +1291,12 @@ const struct config_model *config_find_model(const struct config *c, const char 
             if (!strcmp(c->models[i].aliases[a], name))
                 return &c->models[i];
     }
+    return NULL;
+}
+
+const struct config_pipeline *config_find_pipeline(const struct config *c, const char *name) {
+    for (size_t i = 0; i < c->n_pipelines; i++)
+        if (!strcmp(c->pipelines[i].name, name))
+            return &c->pipelines[i];
     return NULL;
 }

@@ -40,6 +40,72 @@ struct config_model {
     uint32_t line;                 /* line of the model's key, for later messages */
 };
 
+/* --- pipelines (docs/pipelines.md) ----------------------------------------------------- */
+
+/* The id of the decide stage's own choice question (built from the request's
+ * candidates); extra decide questions may not use it. */
+#define CONFIG_DECIDE_CHOICE_ID "choice"
+
+enum config_qtype { CONFIG_Q_CHOICE, CONFIG_Q_SCORE, CONFIG_Q_NOUL };
+
+/* A string that may hold {{references}}, rendered per request by pipeline.c. */
+struct config_text {
+    char *text;                    /* NULL = absent */
+    uint32_t line;
+};
+
+/* One question a pipeline stage asks. */
+struct config_question {
+    char *id;
+    enum config_qtype type;
+    struct config_text instructions;  /* required */
+    char **keys;                      /* choice: option names; noul: "true"/"false";
+                                       * score: NULL */
+    struct config_text *criteria;     /* choice: per option; score: per level, lowest
+                                       * first; noul: per key (none = no criteria) */
+    size_t n_criteria;
+    uint32_t line;
+};
+
+/* A stage: which model answers which questions. */
+struct config_stage {
+    char *model;                      /* a model name or alias */
+    uint32_t model_line;
+    struct config_text instructions;  /* decide only: the choice question's default
+                                       * instructions (a request may override them) */
+    struct config_question *questions; /* decide: extra questions; verify: required */
+    size_t n_questions;
+    uint32_t line;
+};
+
+enum config_on_reject { CONFIG_ON_REJECT_NEXT_BEST, CONFIG_ON_REJECT_REJECT,
+                        CONFIG_ON_REJECT_ESCALATE };
+
+/* verdict.thresholds.<question>: "OP VALUE". */
+struct config_threshold {
+    char *question;                   /* a verify question id */
+    char op[3];                       /* ">=", ">", "<=", "<" (noul, score) or "==" (choice) */
+    double value;                     /* numeric ops */
+    char *option;                     /* "==": the option the verifier must choose */
+    uint32_t line;
+};
+
+struct config_pipeline {
+    char *name;                       /* POST /v1/pipelines/<name> */
+    uint32_t line;
+    struct config_stage decide;
+    struct config_stage *verify;      /* at least one, run in order */
+    size_t n_verify;
+    struct config_threshold *thresholds;
+    size_t n_thresholds;
+    double min_confidence;            /* decide confidence below this rejects; 0 = none */
+    enum config_on_reject on_reject;  /* default next_best */
+    uint32_t max_attempts;            /* candidates verified at most (next_best); default 3 */
+    char *escalate_pipeline;          /* escalate.pipeline, or NULL */
+    char *escalate_model;             /* escalate.model, or NULL */
+    uint32_t verdict_line;
+};
+
 struct config {
     char *path;                    /* the file as given */
     char listen_host[256];         /* default "127.0.0.1" */
@@ -63,8 +129,9 @@ struct config {
     uint32_t max_connections;      /* limits.max_connections: default 256 */
     uint32_t group_limit;          /* scheduling.group_limit: requests one resident model
                                     * may serve while another model waits; default 16 */
-    int64_t starvation_ms;         /* scheduling.max_wait: a waiting model is loaded after
-                                    * this even if the resident one is busy; default 5000 */
+    int64_t starvation_ms;         /* scheduling.max_wait: how long a resident model may
+                                    * keep the device (from its readiness) while another
+                                    * waits; then it drains; default 30000 */
     /* lifecycle */
     int64_t drain_grace_ms;        /* shutdown.grace: default 30000 */
     int64_t stop_grace_ms;         /* shutdown.engine_grace: SIGTERM -> SIGKILL, 10000 */
@@ -77,6 +144,10 @@ struct config {
     uint64_t audit_max_bytes;      /* logs.audit_max: rotate past this; default 64 MiB */
     uint32_t audit_keep;           /* logs.audit_keep: rotated files kept; default 5 */
     char *llama_server;            /* engine.path: default NULL (the usual lookup) */
+    struct config_pipeline *pipelines; /* in file order; checked against the models,
+                                    * thresholds and escalations here, templates by
+                                    * pipeline.c */
+    size_t n_pipelines;
 };
 
 /* Reads and validates path. On success *out is a new config (caller frees
@@ -98,5 +169,8 @@ void config_free(struct config *c);
 /* Returns the model whose name or alias equals name (borrowed), or NULL.
  * The pointer is owned by c. */
 const struct config_model *config_find_model(const struct config *c, const char *name);
+
+/* Returns the pipeline named name (borrowed, owned by c), or NULL. */
+const struct config_pipeline *config_find_pipeline(const struct config *c, const char *name);
 
 #endif

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "host.h"
 #include "mem.h"
 
 extern char **environ;
@@ -112,12 +113,6 @@ tandem_err engine_version_parse(const char *text, struct engine_version *out) {
     return TANDEM_OK;
 }
 
-static long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
 /* Starts argv[0] with stdin from /dev/null and stdout+stderr into a pipe
  * whose read end goes to *out_fd. */
 static tandem_err spawn_captured(char *const argv[], pid_t *pid, int *out_fd) {
@@ -146,7 +141,7 @@ static tandem_err spawn_captured(char *const argv[], pid_t *pid, int *out_fd) {
 static tandem_err drain(int fd, struct mem_buf *buf, long deadline) {
     char chunk[4096];
     for (;;) {
-        long left = deadline - now_ms();
+        long left = deadline - host_now_ms();
         if (left <= 0)
             return TANDEM_ERR_TIMEOUT;
         struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -177,7 +172,7 @@ tandem_err engine_version_query(const char *path, int timeout_ms, struct engine_
     }
     struct mem_buf buf;
     mem_buf_init(&buf, VERSION_OUTPUT_MAX);
-    tandem_err e = drain(fd, &buf, now_ms() + timeout_ms);
+    tandem_err e = drain(fd, &buf, host_now_ms() + timeout_ms);
     close(fd);
     if (e != TANDEM_OK)
         kill(pid, SIGKILL);

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "ggml_types.h"
+#include "host.h"
 #include "mem.h"
 
 struct engine_child {
@@ -232,12 +233,6 @@ tandem_err engine_child_poll(struct engine_child *c, bool *exited, int *status) 
 
 /* --- readiness ----------------------------------------------------------------------- */
 
-static long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
 /* One GET /health over a fresh connection; returns the HTTP status or -1. */
 static int health_status(uint16_t port, int timeout_ms) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -259,8 +254,8 @@ static int health_status(uint16_t port, int timeout_ms) {
     return status;
 }
 
-/* The last non-empty line of the log, for error messages. */
-static void log_last_line(const char *path, char *out, size_t cap) {
+void engine_child_log_tail(const struct engine_child *c, char *out, size_t cap) {
+    const char *path = c->log_path;
     out[0] = '\0';
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -278,14 +273,14 @@ static void log_last_line(const char *path, char *out, size_t cap) {
 
 tandem_err engine_child_wait_ready(struct engine_child *c, int timeout_ms, char *err,
                                    size_t errlen) {
-    long deadline = now_ms() + timeout_ms;
+    long deadline = host_now_ms() + timeout_ms;
     for (;;) {
         bool exited;
         int status;
         engine_child_poll(c, &exited, &status);
         if (exited) {
             char why[96], last[256];
-            log_last_line(c->log_path, last, sizeof last);
+            engine_child_log_tail(c, last, sizeof last);
             tandem_errmsg(err, errlen, "llama-server %s while loading (log %s: %s)",
                           engine_child_describe_status(status, why, sizeof why), c->log_path,
                           last);
@@ -293,7 +288,7 @@ tandem_err engine_child_wait_ready(struct engine_child *c, int timeout_ms, char 
         }
         if (health_status(c->port, 1000) == 200)
             return TANDEM_OK;
-        if (now_ms() >= deadline) {
+        if (host_now_ms() >= deadline) {
             tandem_errmsg(err, errlen, "llama-server not ready after %d ms (log %s)", timeout_ms,
                           c->log_path);
             return TANDEM_ERR_TIMEOUT;
@@ -305,11 +300,18 @@ tandem_err engine_child_wait_ready(struct engine_child *c, int timeout_ms, char 
 
 /* --- stopping ----------------------------------------------------------------------- */
 
+void engine_child_signal(struct engine_child *c, int sig) {
+    bool exited = false;
+    engine_child_poll(c, &exited, NULL);
+    if (!exited && c->pid > 0)
+        kill(-c->pid, sig);
+}
+
 static bool wait_exit(struct engine_child *c, int ms) {
-    long deadline = now_ms() + ms;
+    long deadline = host_now_ms() + ms;
     bool exited = false;
     while (engine_child_poll(c, &exited, NULL) == TANDEM_OK && !exited) {
-        long left = deadline - now_ms();
+        long left = deadline - host_now_ms();
         if (left <= 0)
             return false;
         struct pollfd p = {.fd = c->pidfd, .events = POLLIN};

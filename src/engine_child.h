@@ -68,6 +68,15 @@ tandem_err engine_child_poll(struct engine_child *c, bool *exited, int *status);
 tandem_err engine_child_wait_ready(struct engine_child *c, int timeout_ms, char *err,
                                    size_t errlen);
 
+/* Sends sig to the child's process group unless it has exited (never
+ * blocks): the daemon's stop is engine_child_signal(SIGTERM), a timer, then
+ * SIGKILL, with the exit seen on engine_child_exit_fd. */
+void engine_child_signal(struct engine_child *c, int sig);
+
+/* Writes the last non-empty line of the child's log (at most cap-1 bytes)
+ * into out; "" when the log cannot be read. For error messages. */
+void engine_child_log_tail(const struct engine_child *c, char *out, size_t cap);
+
 /* Stops the child: SIGTERM to its process group, SIGKILL after grace_ms, then
  * reaps it. *status (optional output) gets the waitpid status. Returns
  * TANDEM_OK once reaped (also when it had exited already). */

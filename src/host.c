@@ -1,4 +1,4 @@
-/* host.c: host memory from /proc/meminfo.
+/* host.c: host memory from /proc/meminfo, and the monotonic clock.
  *
  * Lines look like "MemAvailable:   22071236 kB". Parsing is strict: a key must
  * start a line, be followed by a colon, digits and the "kB" unit; anything
@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 /* Finds "key:" at the start of a line and parses its kB value into bytes. */
 static tandem_err field_bytes(const char *text, const char *key, uint64_t *out) {
@@ -60,4 +61,10 @@ tandem_err host_memory_read(struct host_memory *out) {
         return TANDEM_ERR_IO;
     text[n] = '\0';
     return host_memory_parse(text, out);
+}
+
+int64_t host_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }

@@ -20,4 +20,8 @@ tandem_err host_memory_parse(const char *meminfo, struct host_memory *out);
  * file cannot be read, else as host_memory_parse(). */
 tandem_err host_memory_read(struct host_memory *out);
 
+/* Milliseconds on the monotonic clock (CLOCK_MONOTONIC): for deadlines and
+ * durations, never for wall time. */
+int64_t host_now_ms(void);
+
 #endif

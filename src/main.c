@@ -16,6 +16,7 @@
 #include "cmd_plan.h"
 #include "cmd_quantize.h"
 #include "cmd_run.h"
+#include "cmd_serve.h"
 #include "engine.h"
 #include "version.h"
 
@@ -30,6 +31,7 @@ static const struct command commands[] = {
     {"inspect", "show what a GGUF model file holds", cmd_inspect_main},
     {"gguf", "edit (set, rm) or dump GGUF metadata", cmd_gguf_main},
     {"plan", "plan memory per device and decide which models fit together", cmd_plan_main},
+    {"serve", "the daemon: serve a tandem.yaml's models with residency and scheduling", cmd_serve_main},
     {"run", "start one planned, supervised llama-server for a model", cmd_run_main},
     {"footprint", "record what an engine run allocated into the footprint cache", cmd_footprint_main},
     {"eval", "score a decision model on a dataset: accuracy, calibration, stability",

@@ -586,3 +586,11 @@ tandem_err plan_model_footprint(const struct plan_model *m, const struct plan_se
         in->overhead == PLAN_OVERHEAD_DEFAULT ? PLAN_SOURCE_MODEL : PLAN_SOURCE_CONFIG;
     return TANDEM_OK;
 }
+
+bool plan_settings_equal(const struct plan_settings *a, const struct plan_settings *b) {
+    return a->ctx == b->ctx && a->ngl == b->ngl && a->parallel == b->parallel &&
+           a->kv_unified == b->kv_unified && a->type_k == b->type_k && a->type_v == b->type_v &&
+           a->flash_attn == b->flash_attn && a->batch == b->batch && a->ubatch == b->ubatch &&
+           a->kv_offload == b->kv_offload && a->swa_full == b->swa_full && a->gpu == b->gpu &&
+           a->overhead == b->overhead;
+}

@@ -64,6 +64,9 @@ struct plan_settings {
  * default batches, KV offloaded, GPU backend, default overhead. */
 struct plan_settings plan_default_settings(void);
 
+/* Whether a and b ask for the same launch (field by field; padding ignored). */
+bool plan_settings_equal(const struct plan_settings *a, const struct plan_settings *b);
+
 /* Per-device, per-part bytes of one process, plus what the plan assumed. */
 struct plan_footprint {
     uint64_t bytes[PLAN_DEVICE_COUNT][PLAN_PART_COUNT];

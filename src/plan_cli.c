@@ -133,3 +133,18 @@ tandem_err plan_cli_footprint(const struct plan_model *m, const struct plan_sett
     return TANDEM_OK;
 }
 
+
+tandem_err plan_cli_fit_one(const char *name, const struct plan_model *m,
+                            const struct plan_settings *want, const struct fit_budget *b,
+                            bool measured, struct plan_settings *resolved,
+                            struct fit_model_result *r, struct fit_result *res) {
+    struct fit_model fm = {name, m, *want, false};
+    tandem_err e = fit_models(&fm, 1, b, plan_cli_footprint, &measured, r, res);
+    if (e != TANDEM_OK)
+        return e;
+    struct plan_settings s = fm.settings;
+    s.gpu = b->gpu;
+    s.ngl = r->ngl;
+    plan_model_resolve(m, &s, resolved);
+    return TANDEM_OK;
+}

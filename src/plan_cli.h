@@ -39,4 +39,15 @@ const char *plan_cli_budget(const struct plan_cli *o, struct fit_budget *b, uint
 tandem_err plan_cli_footprint(const struct plan_model *m, const struct plan_settings *s,
                               struct plan_footprint *out, void *user);
 
+/* Plans model m (named name) alone on budget b at the requested settings
+ * want (ngl PLAN_NGL_AUTO = as many layers as fit), using measured
+ * footprints when measured is true. On TANDEM_OK, *res holds the verdict and
+ * reason, *r the footprint and GPU layers, and *resolved the launch settings
+ * (explicit ctx and ngl, b->gpu). Returns fit_models' errors. A verdict of
+ * FIT_NO_FIT is still TANDEM_OK: the caller refuses it with res->reason. */
+tandem_err plan_cli_fit_one(const char *name, const struct plan_model *m,
+                            const struct plan_settings *want, const struct fit_budget *b,
+                            bool measured, struct plan_settings *resolved,
+                            struct fit_model_result *r, struct fit_result *res);
+
 #endif

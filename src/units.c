@@ -55,3 +55,23 @@ tandem_err units_parse_bytes(const char *text, uint64_t *out) {
     *out = (uint64_t)(bytes + 0.5);
     return TANDEM_OK;
 }
+
+tandem_err units_parse_listen(const char *text, char *host, size_t cap, uint16_t *port) {
+    const char *colon = strrchr(text, ':');
+    if (!colon || colon == text)
+        return TANDEM_ERR_FORMAT;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (!colon[1] || *end || p < 1 || p > 65535)
+        return TANDEM_ERR_RANGE;
+    const char *h = text;
+    size_t n = (size_t)(colon - text);
+    if (h[0] == '[' && colon[-1] == ']')
+        h++, n -= 2;
+    if (n == 0 || n >= cap)
+        return TANDEM_ERR_FORMAT;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    *port = (uint16_t)p;
+    return TANDEM_OK;
+}

@@ -188,3 +188,85 @@ def smollm2_server(engine_path, smollm2_path, tmp_path_factory):
     server.start()
     yield server
     server.kill()
+
+
+class Serve:
+    """`tandem serve` on a config written to tmp_path, until /health says 200.
+
+    config is the YAML text without `listen` and `logs` (added here: a free
+    port, and logs under tmp_path so each test has its own audit log)."""
+
+    def __init__(self, tandem_bin, tmp_path, config, ready_timeout=60, env=None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.logs = tmp_path / "logs"
+        self.audit = self.logs / "audit.jsonl"
+        self.config = tmp_path / "tandem.yaml"
+        self.config.write_text(f"listen: 127.0.0.1:{self.port}\nlogs:\n  dir: {self.logs}\n"
+                               + config)
+        self.stderr_path = tmp_path / "serve.stderr"
+        self.stderr = open(self.stderr_path, "w")
+        self.proc = subprocess.Popen([str(tandem_bin), "serve", "--config", str(self.config)],
+                                     stdout=subprocess.DEVNULL, stderr=self.stderr,
+                                     env={**os.environ, **(env or {})})
+        deadline = time.time() + ready_timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"tandem serve exited {self.proc.returncode}: {self.log()}")
+            try:
+                if http("GET", self.url + "/health", timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.proc.kill()
+        raise AssertionError(f"tandem serve not healthy: {self.log()}")
+
+    def log(self):
+        self.stderr.flush()
+        return self.stderr_path.read_text()
+
+    def status(self):
+        return http("GET", self.url + "/v1/status")[1]
+
+    def model(self, name):
+        return next(m for m in self.status()["models"] if m["name"] == name)
+
+    def loads(self):
+        return {m["name"]: m["loads"] for m in self.status()["models"]}
+
+    def systemone(self, body, headers=None, timeout=120):
+        req = urllib.request.Request(self.url + "/v1/systemone", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, json.loads(r.read()), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read()), dict(e.headers)
+
+    def stop(self, timeout=60):
+        """SIGTERM; returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.stderr.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def serve_factory(tandem_bin, tmp_path):
+    """Starts Serve instances and stops every one at the end of the test."""
+    started = []
+
+    def start(config, **kw):
+        s = Serve(tandem_bin, tmp_path, config, **kw)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
