@@ -39,7 +39,7 @@ help:
 	@echo "make            build build/tandem"
 	@echo "make test       install what is missing, build, run unit + end-to-end tests"
 	@echo "make run        install, build, run the main job (today: the engine smoke test)"
-	@echo "make asan       unit tests under AddressSanitizer + UBSan"
+	@echo "make asan       unit tests, then the end-to-end suite, under AddressSanitizer + UBSan"
 	@echo "make fuzz       fuzz the GGUF reader, config loader and System One request checks, FUZZ_SECONDS (default 60) each"
 	@echo "make deps       system packages, pinned engine (CUDA=1 for a CUDA build), test models, venv"
 	@echo "make fixtures   build the decision-model fixtures into ~/.cache/tandem/fixtures"
@@ -89,7 +89,7 @@ FUZZ_LIB_OBJ = $(filter-out $(BUILD)/fuzz/obj/main.o $(BUILD)/fuzz/obj/cmd_%.o,$
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
 	clang $(CFLAGS_COMMON) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(LIB_CFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
 
-fuzz: $(BUILD)/fuzz/fuzz_gguf $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_s1 venv
+fuzz: $(BUILD)/fuzz/fuzz_gguf $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_s1 $(BUILD)/fuzz/fuzz_tmpl venv
 	@$(VENV)/bin/python tests/fuzz/make_seeds.py $(BUILD)/fuzz/seeds
 	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/crashes
 	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=262144 -timeout=10 \
@@ -105,6 +105,11 @@ fuzz: $(BUILD)/fuzz/fuzz_gguf $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_s1 ve
 	$(BUILD)/fuzz/fuzz_s1 -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
 	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/ \
 	  $(BUILD)/fuzz/s1-corpus $(BUILD)/fuzz/s1-seeds
+	@mkdir -p $(BUILD)/fuzz/tmpl-corpus $(BUILD)/fuzz/tmpl-seeds
+	@$(PYTHON) -c 'import json, sys; [open("%s/%03d.txt" % (sys.argv[2], i), "w", encoding="utf-8").write(json.loads(l)["text"]) for i, l in enumerate(open(sys.argv[1], encoding="utf-8")) if l.strip()]' tests/data/tmpl/compile.jsonl $(BUILD)/fuzz/tmpl-seeds
+	$(BUILD)/fuzz/fuzz_tmpl -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
+	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/ \
+	  $(BUILD)/fuzz/tmpl-corpus $(BUILD)/fuzz/tmpl-seeds
 
 # --- dependencies: packages, engine, models, Python -------------------------
 deps:
@@ -136,8 +141,13 @@ test: deps
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory e2e
 
-asan: $(BUILD)/asan/tests/unit
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/asan/tests/unit
+# The unit tests, then the whole end-to-end suite driving an instrumented
+# build/asan/tandem (the engine is not instrumented); a sanitizer report fails
+# the test whose tandem printed it (tests/e2e/conftest.py).
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+asan: $(BUILD)/asan/tests/unit $(BUILD)/asan/tandem $(BUILD)/tests/prom_dump venv
+	$(ASAN_ENV) $(BUILD)/asan/tests/unit
+	$(ASAN_ENV) TANDEM_BIN=$(abspath $(BUILD)/asan/tandem) $(PYTEST) tests/e2e
 
 run: deps all
 	@echo "make run: the decide-then-verify demo arrives with pipelines (issue 7);"

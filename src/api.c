@@ -33,12 +33,12 @@
 /* the TypeSafe SDK requires a YYYY-MM-DD release date; a local file has none */
 #define RELEASE_DATE_UNKNOWN "1970-01-01"
 
-enum route { R_SYSTEMONE, R_CHAT, R_COMPLETIONS, R_EMBEDDINGS, R_MODELS, R_HEALTH, R_STATUS,
-             R_METRICS, R_ADMIN, R_OTHER };
+enum route { R_SYSTEMONE, R_CHAT, R_COMPLETIONS, R_EMBEDDINGS, R_PIPELINE, R_MODELS, R_HEALTH,
+             R_STATUS, R_METRICS, R_ADMIN, R_PIPELINES, R_OTHER };
 
 static const char *const route_names[] = {"systemone", "chat", "completions", "embeddings",
-                                          "models", "health", "status", "metrics", "admin",
-                                          "other"};
+                                          "pipeline", "models", "health", "status", "metrics",
+                                          "admin", "pipelines", "other"};
 
 struct api {
     struct api_params p;
@@ -58,6 +58,9 @@ struct call {
     const struct api_model *model;
     struct sched_job *job;
     struct http_upstream *up;
+    struct pipeline_run *run; /* a pipeline in flight */
+    char pipeline[128];       /* its name ("" = not a pipeline call) */
+    char verdict[16];         /* its verdict, for the audit line */
     char *body;          /* decoded request body (owned) */
     size_t body_len;
     json_t *request;     /* parsed body */
@@ -128,6 +131,10 @@ static void audit_call(struct call *c, int status, const char *error) {
     json_object_set_new(rec, "model", c->model ? json_string(c->model->cm->name) : json_null());
     json_object_set_new(rec, "input_tokens",
                         c->input_tokens >= 0 ? json_integer(c->input_tokens) : json_null());
+    if (c->pipeline[0]) {
+        json_object_set_new(rec, "pipeline", json_string(c->pipeline));
+        json_object_set_new(rec, "verdict", c->verdict[0] ? json_string(c->verdict) : json_null());
+    }
     if (error)
         json_object_set_new(rec, "error", json_string(error));
     if (a->p.cfg->log_bodies) {
@@ -151,7 +158,7 @@ static void count_call(struct call *c, int status) {
         prom_add(a->m_requests, labels, 1);
     if (a->m_latency)
         prom_observe(a->m_latency, route, (double)(host_now_ms() - c->t0) / 1000.0);
-    if (a->m_queue_wait && c->model)
+    if (a->m_queue_wait && (c->model || c->pipeline[0]))
         prom_observe(a->m_queue_wait, route,
                      (double)(c->timing.queued_ms + c->timing.loading_ms) / 1000.0);
 }
@@ -163,6 +170,7 @@ static void finish(struct call *c, int status, const char *error) {
         sched_job_timing(c->job, &c->timing);
     audit_call(c, status, error);
     count_call(c, status);
+    pipeline_run_cancel(c->run);
     if (c->up)
         http_upstream_cancel(c->up);
     if (c->job)
@@ -510,10 +518,6 @@ static void submit(struct call *c) {
                   NULL);
 }
 
-static unsigned max_options(const struct api_model *m) {
-    return !strcmp(m->decision_type, "openjev") ? 52 : 255;
-}
-
 static void handle_systemone(struct call *c) {
     if (!read_body(c) || !parse_json_body(c) || !route_model(c))
         return;
@@ -524,7 +528,7 @@ static void handle_systemone(struct call *c) {
         fail_call(c, 501, "not_supported_error", err, "model", NULL);
         return;
     }
-    if (s1_validate_request(c->request, max_options(c->model), err, sizeof err) != TANDEM_OK) {
+    if (s1_validate_request(c->request, s1_max_options(c->model->decision_type), err, sizeof err) != TANDEM_OK) {
         size_t flen = strcspn(err, ":");
         char param[256];
         snprintf(param, sizeof param, "%.*s", (int)(flen < 255 ? flen : 255), err);
@@ -532,6 +536,36 @@ static void handle_systemone(struct call *c) {
         return;
     }
     submit(c);
+}
+
+static void on_pipeline_done(void *user, struct pipeline_outcome *o) {
+    struct call *c = user;
+    c->run = NULL;
+    c->timing = o->sum;
+    c->input_tokens = o->input_tokens;
+    snprintf(c->verdict, sizeof c->verdict, "%s", o->verdict ? o->verdict : "");
+    const char *msg = json_string_value(json_object_get(json_object_get(o->body, "error"), "message"));
+    char error[600];
+    snprintf(error, sizeof error, "%s", msg ? msg : "");
+    if (o->status == 429 || o->status == 503)
+        http_req_add_header(c->r, "Retry-After", "1");
+    reply_json(c, o->status, o->body);
+    finish(c, o->status, msg ? error : NULL);
+}
+
+static void handle_pipeline(struct call *c) {
+    snprintf(c->pipeline, sizeof c->pipeline, "%s", http_req_path(c->r) + strlen("/v1/pipelines/"));
+    int64_t due;
+    if (!read_body(c) || !parse_json_body(c) || !deadline(c, &due))
+        return;
+    struct pipeline_env env = {c->api->p.sched, c->api->p.engines};
+    char err[1200], param[256];
+    int status;
+    if (pipeline_run_start(c->api->p.pipelines, &env, c->pipeline, c->request, c->id, due,
+                           on_pipeline_done, c, &c->run, &status, err, sizeof err, param,
+                           sizeof param) != TANDEM_OK)
+        fail_call(c, status, status == 404 ? "not_found_error" : NULL, err,
+                  param[0] ? param : NULL, NULL);
 }
 
 static void handle_passthrough(struct call *c) {
@@ -555,7 +589,9 @@ static json_t *models_json(const struct api *a) {
                               aliases, "decision_type", m->decision_type, "architecture",
                               "input_modalities", "text", "output_modalities",
                               decision ? "decisions" : "text", "meta", "arch", m->arch, "n_ctx",
-                              (json_int_t)m->n_ctx, "sha256", m->sha256);
+                              (json_int_t)m->n_ctx, "header_sha256", m->sha256);
+        json_object_set_new(json_object_get(d, "meta"), "sha256",
+                            m->file_sha256[0] ? json_string(m->file_sha256) : json_null());
         json_object_set_new(d, "state", json_string(sched_state_name(
                                             sched_model_state(a->p.sched, m->sched_index))));
         json_array_append_new(data, d);
@@ -647,6 +683,7 @@ static void handle_local(struct call *c) {
         reply_json(c, 200, json_pack("{ss}", "status", "ok"));
         break;
     case R_MODELS: reply_json(c, 200, models_json(a)); break;
+    case R_PIPELINES: reply_json(c, 200, pipeline_set_list_json(a->p.pipelines)); break;
     case R_STATUS: {
         json_t *j = sched_status_json(a->p.sched);
         json_object_set_new(j, "serving", json_boolean(a->serving));
@@ -668,16 +705,19 @@ static enum route route_of(const char *path) {
         {"/v1/systemone", R_SYSTEMONE}, {"/v1/chat/completions", R_CHAT},
         {"/v1/completions", R_COMPLETIONS}, {"/v1/embeddings", R_EMBEDDINGS},
         {"/v1/models", R_MODELS}, {"/health", R_HEALTH}, {"/v1/status", R_STATUS},
-        {"/metrics", R_METRICS}};
+        {"/metrics", R_METRICS}, {"/v1/pipelines", R_PIPELINES}};
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (!strcmp(path, table[i].path))
             return table[i].r;
+    if (!strncmp(path, "/v1/pipelines/", 14) && path[14] && !strchr(path + 14, '/'))
+        return R_PIPELINE;
     return strncmp(path, "/admin/models/", 14) ? R_OTHER : R_ADMIN;
 }
 
 static bool method_ok(enum route r, enum evhttp_cmd_type m) {
     switch (r) {
     case R_SYSTEMONE: case R_CHAT: case R_COMPLETIONS: case R_EMBEDDINGS: case R_ADMIN:
+    case R_PIPELINE:
         return m == EVHTTP_REQ_POST;
     case R_OTHER: return true;
     default: return m == EVHTTP_REQ_GET || m == EVHTTP_REQ_HEAD;
@@ -719,6 +759,8 @@ void api_handle(struct http_req *r, void *user) {
         handle_systemone(c);
     } else if (c->route <= R_EMBEDDINGS) {
         handle_passthrough(c);
+    } else if (c->route == R_PIPELINE) {
+        handle_pipeline(c);
     } else {
         handle_local(c);
     }
@@ -769,6 +811,7 @@ void api_free(struct api *a) {
             http_upstream_cancel(c->up);
         c->up = NULL;
         c->job = NULL; /* the scheduler frees its jobs */
+        pipeline_run_cancel(c->run);
         if (!c->answered)
             http_req_reply(c->r, 503, NULL, NULL, 0);
         unlink_call(c);

@@ -4,6 +4,7 @@
  *   POST /v1/chat/completions, /v1/completions, /v1/embeddings
  *                                         OpenAI-style passthrough (SSE streamed)
  *   GET  /v1/models                       TypeSafe "models" and OpenAI "data" in one body
+ *   POST /v1/pipelines/{name}, GET /v1/pipelines   decide-then-verify pipelines
  *   GET  /health, /v1/status, /metrics
  *   POST /admin/models/{name}/load, /admin/models/{name}/unload
  *
@@ -20,6 +21,7 @@
 #include "config.h"
 #include "http.h"
 #include "nvml.h"
+#include "pipeline.h"
 #include "prom.h"
 #include "sched.h"
 
@@ -31,6 +33,7 @@ struct api_model {
     const char *arch;
     uint32_t n_ctx;                /* context the engine runs with */
     const char *sha256;            /* of the header bytes; "" when unknown */
+    const char *file_sha256;       /* of the whole file; "" when not computed */
 };
 
 struct api_params {
@@ -43,6 +46,7 @@ struct api_params {
     struct prom *metrics;          /* may be NULL */
     struct audit *audit;           /* may be NULL */
     struct nvml *nvml;             /* GPU memory for /metrics; NULL = no GPU */
+    const struct pipeline_set *pipelines; /* the config's pipelines (possibly none) */
 };
 
 struct api; /* opaque */

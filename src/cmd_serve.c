@@ -11,8 +11,10 @@
  *                   engines, exit 0 (a second signal cuts the grace short);
  *   SIGHUP          re-read the config: keys, limits and logging apply at
  *                   once; model changes are reported as needing a restart.
- * Under systemd (Type=notify) READY=1, RELOADING=1 and STOPPING=1 are sent
- * on $NOTIFY_SOCKET (the protocol is one datagram; no libsystemd needed). */
+ * Under systemd (Type=notify) READY=1 (with STATUS=serving on <url>, which
+ * `tandem decide` reads to find a private daemon on port 0), RELOADING=1 and
+ * STOPPING=1 are sent on $NOTIFY_SOCKET (the protocol is one datagram; no
+ * libsystemd needed). */
 #include "cmd_serve.h"
 
 #include <errno.h>
@@ -34,10 +36,14 @@
 #include "config.h"
 #include "engine.h"
 #include "fit.h"
+#include "hash.h"
+#include "host.h"
 #include "http.h"
 #include "nvml.h"
+#include "pipeline.h"
 #include "plan_cli.h"
 #include "prom.h"
+#include "s1.h"
 #include "sched.h"
 #include "units.h"
 #include "version.h"
@@ -54,6 +60,12 @@ struct serve {
     const char *budget_source;
     struct plan_model **pm;
     struct api_model *models;
+    struct pipeline_model *pmodels;  /* the same models as pipelines see them */
+    char (*file_sha256)[HASH_SHA256_HEX_LEN + 1];
+    struct pipeline_set *pipelines;
+    struct config **retired;         /* configs and pipeline sets replaced by SIGHUP: runs */
+    struct pipeline_set **retired_sets; /* in flight may still use them, so they live on */
+    size_t n_retired;
     size_t n;
     size_t default_model;
     struct event_base *base;
@@ -147,7 +159,12 @@ static int plan_model(struct serve *sv, size_t i, struct sched_model_spec *spec)
     sv->models[i] = (struct api_model){.cm = cm, .sched_index = i,
                                        .decision_type = plan_model_decision_type(m),
                                        .arch = plan_model_arch(m), .n_ctx = resolved.ctx,
-                                       .sha256 = plan_model_header_sha256(m)};
+                                       .sha256 = plan_model_header_sha256(m),
+                                       .file_sha256 = sv->file_sha256[i]};
+    sv->pmodels[i] = (struct pipeline_model){.sched_index = i,
+                                             .decision_type = plan_model_decision_type(m),
+                                             .max_options = s1_max_options(plan_model_decision_type(m)),
+                                             .file_sha256 = sv->file_sha256[i]};
     char gpu[32], host[32];
     units_format_bytes(spec->gpu_bytes, gpu, sizeof gpu);
     units_format_bytes(spec->host_bytes, host, sizeof host);
@@ -185,6 +202,54 @@ static int plan_together(struct serve *sv, const struct sched_model_spec *specs)
     return 0;
 }
 
+/* Whether a pipeline of cfg names model i in a stage or an escalation. */
+static bool used_by_pipelines(const struct config *cfg, size_t i) {
+    const struct config_model *m = &cfg->models[i];
+    for (size_t p = 0; p < cfg->n_pipelines; p++) {
+        const struct config_pipeline *pl = &cfg->pipelines[p];
+        bool used = config_find_model(cfg, pl->decide.model) == m ||
+                    (pl->escalate_model && config_find_model(cfg, pl->escalate_model) == m);
+        for (size_t v = 0; v < pl->n_verify; v++)
+            used |= config_find_model(cfg, pl->verify[v].model) == m;
+        if (used)
+            return true;
+    }
+    return false;
+}
+
+/* The whole-file SHA-256 of every model a pipeline uses (pipeline answers
+ * name them), through the digest cache: a model is read in full once. */
+static int hash_models(struct serve *sv) {
+    for (size_t i = 0; i < sv->n; i++) {
+        const struct config_model *cm = &sv->cfg->models[i];
+        char err[512];
+        bool cached;
+        if (!used_by_pipelines(sv->cfg, i))
+            continue;
+        int64_t t0 = host_now_ms();
+        if (hash_file_sha256_cached(cm->path, sv->file_sha256[i], &cached, err, sizeof err) !=
+            TANDEM_OK) {
+            fprintf(stderr, "tandem serve: models.%s: %s\n", cm->name, err);
+            return 1;
+        }
+        if (!cached)
+            fprintf(stderr, "tandem serve: %s: sha256 %.12s… (hashed in %.1f s, cached)\n",
+                    cm->name, sv->file_sha256[i], (double)(host_now_ms() - t0) / 1000.0);
+    }
+    return 0;
+}
+
+/* Compiles cfg's pipelines against the planned models. Returns 0 or 2. */
+static int compile_pipelines(struct serve *sv, const struct config *cfg,
+                             struct pipeline_set **out) {
+    char err[1024];
+    if (pipeline_set_new(cfg, sv->pmodels, out, err, sizeof err) != TANDEM_OK) {
+        fprintf(stderr, "tandem serve: %s\n", err);
+        return 2;
+    }
+    return 0;
+}
+
 static size_t default_model_index(const struct serve *sv) {
     const struct config_model *want =
         sv->cfg->default_model ? config_find_model(sv->cfg, sv->cfg->default_model) : NULL;
@@ -212,15 +277,19 @@ static int prepare(struct serve *sv, const char *llama_server, struct sched_mode
     sv->n = sv->cfg->n_models;
     sv->pm = calloc(sv->n, sizeof *sv->pm);
     sv->models = calloc(sv->n, sizeof *sv->models);
+    sv->pmodels = calloc(sv->n, sizeof *sv->pmodels);
+    sv->file_sha256 = calloc(sv->n, sizeof *sv->file_sha256);
     *specs = calloc(sv->n, sizeof **specs);
-    if (!sv->pm || !sv->models || !*specs)
+    if (!sv->pm || !sv->models || !sv->pmodels || !sv->file_sha256 || !*specs)
         return 1;
     config_budget(sv->cfg, sv);
     for (size_t i = 0; i < sv->n; i++)
         if (plan_model(sv, i, &(*specs)[i]))
             return 2;
-    if (plan_together(sv, *specs))
+    if (plan_together(sv, *specs) || compile_pipelines(sv, sv->cfg, &sv->pipelines))
         return 2;
+    if (hash_models(sv))
+        return 1;
     sv->default_model = default_model_index(sv);
     return 0;
 }
@@ -231,7 +300,7 @@ static struct api_params api_params(struct serve *sv) {
     return (struct api_params){.cfg = sv->cfg, .models = sv->models, .n_models = sv->n,
                                .default_model = sv->default_model, .sched = sv->sched,
                                .engines = sv->engines, .metrics = sv->metrics, .audit = sv->audit,
-                               .nvml = sv->nvml};
+                               .nvml = sv->nvml, .pipelines = sv->pipelines};
 }
 
 static struct http_server_params server_params(const struct config *cfg) {
@@ -296,6 +365,42 @@ static bool same_models(const struct config *a, const struct config *b) {
     return true;
 }
 
+/* Keeps a replaced config and pipeline set until exit: pipeline runs in
+ * flight may still point into them. */
+static bool retire(struct serve *sv, struct config *cfg, struct pipeline_set *set) {
+    struct config **c = realloc(sv->retired, (sv->n_retired + 1) * sizeof *c);
+    if (c)
+        sv->retired = c;
+    struct pipeline_set **p = c ? realloc(sv->retired_sets, (sv->n_retired + 1) * sizeof *p) : NULL;
+    if (!p)
+        return false;
+    sv->retired_sets = p;
+    sv->retired[sv->n_retired] = cfg;
+    sv->retired_sets[sv->n_retired++] = set;
+    return true;
+}
+
+/* Applies next (a validated config with the same models) in place of the
+ * running one. Returns false, changing nothing, when its pipelines do not
+ * compile or memory runs out. */
+static bool apply_config(struct serve *sv, struct config *next) {
+    struct pipeline_set *set = NULL;
+    if (compile_pipelines(sv, next, &set) || !retire(sv, sv->cfg, sv->pipelines)) {
+        pipeline_set_free(set);
+        return false;
+    }
+    for (size_t i = 0; i < sv->n; i++)
+        sv->models[i].cm = &next->models[i];
+    sv->cfg = next;
+    sv->pipelines = set;
+    sv->default_model = default_model_index(sv);
+    struct api_params p = api_params(sv);
+    api_set_params(sv->api, &p);
+    struct http_server_params hp = server_params(next);
+    http_server_set_limits(sv->server, &hp);
+    return true;
+}
+
 static void on_hup(evutil_socket_t sig, short what, void *arg) {
     (void)sig, (void)what;
     struct serve *sv = arg;
@@ -308,19 +413,12 @@ static void on_hup(evutil_socket_t sig, short what, void *arg) {
         fprintf(stderr, "tandem serve: SIGHUP: the models changed; restart tandem to apply "
                         "(nothing was changed)\n");
         config_free(next);
+    } else if (!apply_config(sv, next)) {
+        fprintf(stderr, "tandem serve: SIGHUP: keeping the running config\n");
+        config_free(next);
     } else {
-        for (size_t i = 0; i < sv->n; i++)
-            sv->models[i].cm = &next->models[i];
-        struct config *old = sv->cfg;
-        sv->cfg = next;
-        sv->default_model = default_model_index(sv);
-        struct api_params p = api_params(sv);
-        api_set_params(sv->api, &p);
-        struct http_server_params hp = server_params(next);
-        http_server_set_limits(sv->server, &hp);
-        config_free(old);
-        fprintf(stderr, "tandem serve: SIGHUP: reloaded %s (API keys, limits, default model, logs.bodies)\n",
-                sv->config_path);
+        fprintf(stderr, "tandem serve: SIGHUP: reloaded %s (API keys, limits, default model, "
+                        "logs.bodies, pipelines)\n", sv->config_path);
     }
     notify("READY=1");
 }
@@ -338,9 +436,13 @@ static void on_ready_poll(evutil_socket_t fd, short what, void *arg) {
         }
     }
     api_set_serving(sv->api, true, NULL);
-    notify("READY=1");
-    fprintf(stderr, "tandem serve: serving on http://%s:%u\n", sv->cfg->listen_host,
-            (unsigned)http_server_port(sv->server));
+    bool v6 = strchr(sv->cfg->listen_host, ':') != NULL;
+    char url[400], ready[450];
+    snprintf(url, sizeof url, "http://%s%s%s:%u", v6 ? "[" : "", sv->cfg->listen_host,
+             v6 ? "]" : "", (unsigned)http_server_port(sv->server));
+    snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving on %s", url);
+    notify(ready);
+    fprintf(stderr, "tandem serve: serving on %s\n", url);
 }
 
 static int open_outputs(struct serve *sv) {
@@ -428,7 +530,16 @@ static void serve_free(struct serve *sv) {
         plan_model_free(sv->pm[i]);
     free(sv->pm);
     free(sv->models);
+    free(sv->pmodels);
+    free(sv->file_sha256);
+    pipeline_set_free(sv->pipelines);
     config_free(sv->cfg);
+    for (size_t i = 0; i < sv->n_retired; i++) {
+        pipeline_set_free(sv->retired_sets[i]);
+        config_free(sv->retired[i]);
+    }
+    free(sv->retired);
+    free(sv->retired_sets);
 }
 
 static int parse_args(int argc, char **argv, struct serve *sv, bool *check) {

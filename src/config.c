@@ -307,7 +307,8 @@ static bool k_listen(struct walk *w, struct fy_node *v, const char *p, void *t) 
     tandem_err e = units_parse_listen(s, CFG(t)->listen_host, sizeof CFG(t)->listen_host,
                                       &CFG(t)->listen_port);
     if (e == TANDEM_ERR_RANGE)
-        return fail(w, e, v, p, "port must be 1 to 65535, got \"%s\"", strrchr(s, ':') + 1);
+        return fail(w, e, v, p, "port must be 0 (any free port) to 65535, got \"%s\"",
+                    strrchr(s, ':') + 1);
     if (e != TANDEM_OK)
         return fail(w, e, v, p, "expected host:port, got \"%s\"", s);
     return true;

@@ -24,7 +24,8 @@
     X(CHILD, "child process failed")                                 \
     X(ENGINE, "engine is unusable")                                  \
     X(TYPE, "wrong type")                                            \
-    X(HTTP, "HTTP request failed")
+    X(HTTP, "HTTP request failed")                                   \
+    X(REFUSED, "connection refused")
 
 typedef enum {
 #define TANDEM_ERR_ENUM(name, msg) TANDEM_ERR_##name,

@@ -1,12 +1,18 @@
 /* hash.c: SHA-256 of whole files through OpenSSL's EVP interface, read in
- * 1 MiB chunks so memory stays flat for multi-GB models. */
+ * 1 MiB chunks so memory stays flat for multi-GB models; and a cache of
+ * those digests ($TANDEM_CACHE/sha256/), keyed by the file's identity and
+ * modification time, so a multi-GB model is hashed once, not per start. */
 #include "hash.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "cache.h"
 #include "mem.h"
 
 #define CHUNK ((size_t)1 << 20)
@@ -59,5 +65,61 @@ tandem_err hash_file_sha256(const char *path, char hex[HASH_SHA256_HEX_LEN + 1],
     EVP_MD_CTX_free(ctx);
     mem_free(chunk);
     fclose(f);
+    return e;
+}
+
+/* The cache entry's name: a digest of what identifies this version of the
+ * file (path, device, inode, size, modification time to the nanosecond). */
+static tandem_err cache_entry(const char *path, const struct stat *st, char *out, size_t cap) {
+    char id[PATH_MAX + 128], key[HASH_SHA256_HEX_LEN + 1], sub[HASH_SHA256_HEX_LEN + 16];
+    int n = snprintf(id, sizeof id, "%s\n%llu\n%llu\n%lld\n%lld.%09ld", path,
+                     (unsigned long long)st->st_dev, (unsigned long long)st->st_ino,
+                     (long long)st->st_size, (long long)st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
+    if (n < 0 || (size_t)n >= sizeof id || hash_buffer_sha256(id, (size_t)n, key) != TANDEM_OK)
+        return TANDEM_ERR_TOOBIG;
+    snprintf(sub, sizeof sub, "sha256/%s", key);
+    return cache_path(out, cap, sub);
+}
+
+static bool read_entry(const char *entry, char hex[HASH_SHA256_HEX_LEN + 1]) {
+    FILE *f = fopen(entry, "r");
+    if (!f)
+        return false;
+    bool ok = fread(hex, 1, HASH_SHA256_HEX_LEN, f) == HASH_SHA256_HEX_LEN;
+    fclose(f);
+    hex[HASH_SHA256_HEX_LEN] = '\0';
+    return ok && strspn(hex, "0123456789abcdef") == HASH_SHA256_HEX_LEN;
+}
+
+/* Writes hex to entry atomically (temp file, then rename); failures only
+ * cost the next start a rehash. */
+static void write_entry(const char *entry, const char hex[HASH_SHA256_HEX_LEN + 1]) {
+    char dir[PATH_MAX], tmp[PATH_MAX + 16];
+    if (cache_make_dir(dir, sizeof dir, "sha256") != TANDEM_OK)
+        return;
+    snprintf(tmp, sizeof tmp, "%s.tmp", entry);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return;
+    bool ok = fprintf(f, "%s\n", hex) > 0;
+    if (fclose(f) != 0 || !ok || rename(tmp, entry) != 0)
+        unlink(tmp);
+}
+
+tandem_err hash_file_sha256_cached(const char *path, char hex[HASH_SHA256_HEX_LEN + 1],
+                                   bool *cached, char *err, size_t errlen) {
+    struct stat st;
+    char entry[PATH_MAX];
+    *cached = false;
+    if (stat(path, &st) != 0) {
+        tandem_errmsg(err, errlen, "%s: %s", path, strerror(errno));
+        return TANDEM_ERR_IO;
+    }
+    bool have_entry = cache_entry(path, &st, entry, sizeof entry) == TANDEM_OK;
+    if (have_entry && read_entry(entry, hex))
+        return *cached = true, TANDEM_OK;
+    tandem_err e = hash_file_sha256(path, hex, err, errlen);
+    if (e == TANDEM_OK && have_entry)
+        write_entry(entry, hex);
     return e;
 }

@@ -2,6 +2,7 @@
 #ifndef TANDEM_HASH_H
 #define TANDEM_HASH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "err.h"
@@ -14,6 +15,15 @@
  * TANDEM_ERR_NOMEM. */
 tandem_err hash_file_sha256(const char *path, char hex[HASH_SHA256_HEX_LEN + 1], char *err,
                             size_t errlen);
+
+/* Like hash_file_sha256, through a cache of digests under $TANDEM_CACHE/sha256/
+ * keyed by the file's path, device, inode, size and modification time (a
+ * changed file is hashed again). *cached (output) says whether the digest came
+ * from the cache. A cache that cannot be written only costs a rehash later.
+ * Returns hash_file_sha256's errors, or TANDEM_ERR_IO when path cannot be
+ * stat'ed. */
+tandem_err hash_file_sha256_cached(const char *path, char hex[HASH_SHA256_HEX_LEN + 1],
+                                   bool *cached, char *err, size_t errlen);
 
 /* Writes the lowercase hex SHA-256 of data[len] into hex[HASH_SHA256_HEX_LEN + 1].
  * data is borrowed (may be NULL when len is 0). Returns TANDEM_ERR_IO when

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cmd_decide.h"
 #include "cmd_doctor.h"
 #include "cmd_drift.h"
 #include "cmd_eval.h"
@@ -32,6 +33,7 @@ static const struct command commands[] = {
     {"gguf", "edit (set, rm) or dump GGUF metadata", cmd_gguf_main},
     {"plan", "plan memory per device and decide which models fit together", cmd_plan_main},
     {"serve", "the daemon: serve a tandem.yaml's models with residency and scheduling", cmd_serve_main},
+    {"decide", "run one decide-then-verify pipeline request (daemon or one-shot)", cmd_decide_main},
     {"run", "start one planned, supervised llama-server for a model", cmd_run_main},
     {"footprint", "record what an engine run allocated into the footprint cache", cmd_footprint_main},
     {"eval", "score a decision model on a dataset: accuracy, calibration, stability",

@@ -293,3 +293,7 @@ json_t *s1_error_body(int status, const char *type, const char *message, const c
     }
     return body;
 }
+
+unsigned s1_max_options(const char *decision_type) {
+    return !strcmp(decision_type, "openjev") ? S1_OPENJEV_MAX_CHOICE_OPTIONS : S1_MAX_CHOICE_OPTIONS;
+}

@@ -46,6 +46,10 @@
 tandem_err s1_validate_request(const json_t *body, unsigned max_options, char *err,
                                size_t errlen);
 
+/* The choice options a model of decision type decision_type takes:
+ * S1_OPENJEV_MAX_CHOICE_OPTIONS for "openjev", S1_MAX_CHOICE_OPTIONS otherwise. */
+unsigned s1_max_options(const char *decision_type);
+
 /* Returns the body's "model" string, or NULL when body is not an object or
  * "model" is absent or not a string. The pointer is borrowed from body and
  * valid while body holds it. */

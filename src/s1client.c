@@ -46,13 +46,12 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *user) {
     return n;
 }
 
-/* "<base>/v1/systemone" from an endpoint with or without the path. */
-static char *make_url(const char *endpoint) {
-    static const char path[] = "/v1/systemone";
+/* "<base><path>" from an endpoint with or without the path. */
+static char *make_url(const char *endpoint, const char *path) {
     size_t n = strlen(endpoint);
     while (n && endpoint[n - 1] == '/')
         n--;
-    size_t pl = sizeof path - 1;
+    size_t pl = strlen(path);
     bool has_path = n >= pl && !memcmp(endpoint + n - pl, path, pl);
     char *url = mem_alloc(n + pl + 1);
     if (!url)
@@ -85,7 +84,7 @@ tandem_err s1client_new(const struct s1client_params *params, struct s1client **
     mem_buf_init(&c->body, S1CLIENT_MAX_RESPONSE);
     c->timeout_ms = params->timeout_ms > 0 ? params->timeout_ms : DEFAULT_TIMEOUT_MS;
     tandem_err e = TANDEM_ERR_NOMEM;
-    if (!(c->url = make_url(ep)))
+    if (!(c->url = make_url(ep, params->path ? params->path : "/v1/systemone")))
         goto fail;
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     if (!h)
@@ -176,7 +175,7 @@ tandem_err s1client_post(struct s1client *c, const char *body, size_t len, long 
             return TANDEM_ERR_TOOBIG;
         }
         tandem_errmsg(err, errlen, "%s", why);
-        return TANDEM_ERR_HTTP;
+        return rc == CURLE_COULDNT_CONNECT ? TANDEM_ERR_REFUSED : TANDEM_ERR_HTTP;
     }
     curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, status);
     json_error_t je;

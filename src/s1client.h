@@ -1,4 +1,5 @@
-/* s1client.h: a client of POST /v1/systemone on any endpoint.
+/* s1client.h: a client of POST /v1/systemone (or another JSON route, such as
+ * /v1/pipelines/NAME) on any endpoint.
  *
  * The only module that knows libcurl. One handle holds one connection (kept
  * alive between requests) and must be used by one thread at a time; run K
@@ -23,6 +24,7 @@ struct s1client_params {
                              is accepted); copied */
     const char *api_key;  /* sent as "Authorization: Bearer KEY"; NULL = no header; copied */
     long timeout_ms;      /* whole-request limit in milliseconds; 0 = 60000 */
+    const char *path;     /* the route to POST to; NULL = "/v1/systemone"; copied */
 };
 
 /* Returns the defaults: no endpoint, no key, 60 s timeout. */
@@ -39,16 +41,18 @@ tandem_err s1client_new(const struct s1client_params *params, struct s1client **
 /* Releases the client and its connection. s1client_free(NULL) is a no-op. */
 void s1client_free(struct s1client *c);
 
-/* Returns the full request URL ("<endpoint>/v1/systemone"), valid until
+/* Returns the full request URL ("<endpoint><path>"), valid until
  * s1client_free(). */
 const char *s1client_url(const struct s1client *c);
 
 /* POSTs the JSON text body[0..len) and waits for the answer. On a completed
  * exchange returns TANDEM_OK with *status the HTTP status and *response the
  * parsed body (caller owns: json_decref()), or NULL when the body is not JSON,
- * in which case err[errlen] (optional) quotes the start of the body. Returns TANDEM_ERR_TIMEOUT, TANDEM_ERR_TOOBIG (response over
- * S1CLIENT_MAX_RESPONSE) or TANDEM_ERR_HTTP (connection failure) with
- * err[errlen] (optional) saying why; *response is NULL then. */
+ * in which case err[errlen] (optional) quotes the start of the body. Returns
+ * TANDEM_ERR_TIMEOUT, TANDEM_ERR_TOOBIG (response over S1CLIENT_MAX_RESPONSE),
+ * TANDEM_ERR_REFUSED (nothing listens at the endpoint) or TANDEM_ERR_HTTP
+ * (another connection failure) with err[errlen] (optional) saying why;
+ * *response is NULL then. */
 tandem_err s1client_post(struct s1client *c, const char *body, size_t len, long *status,
                          json_t **response, char *err, size_t errlen);
 

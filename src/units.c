@@ -62,7 +62,7 @@ tandem_err units_parse_listen(const char *text, char *host, size_t cap, uint16_t
         return TANDEM_ERR_FORMAT;
     char *end;
     long p = strtol(colon + 1, &end, 10);
-    if (!colon[1] || *end || p < 1 || p > 65535)
+    if (!colon[1] || *end || p < 0 || p > 65535)
         return TANDEM_ERR_RANGE;
     const char *h = text;
     size_t n = (size_t)(colon - text);

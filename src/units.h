@@ -17,9 +17,9 @@ char *units_format_bytes(uint64_t bytes, char *out, size_t cap);
  * Returns TANDEM_ERR_FORMAT for anything else, TANDEM_ERR_RANGE on overflow. */
 tandem_err units_parse_bytes(const char *text, uint64_t *out);
 
-/* Parses "host:port" ("[v6]:port" too) into host[cap] and *port (1 to
- * 65535). Returns TANDEM_ERR_FORMAT (no colon, no host, too long) or
- * TANDEM_ERR_RANGE (port out of range). */
+/* Parses "host:port" ("[v6]:port" too) into host[cap] and *port (0 to
+ * 65535; 0 = any free port). Returns TANDEM_ERR_FORMAT (no colon, no host,
+ * too long) or TANDEM_ERR_RANGE (port out of range). */
 tandem_err units_parse_listen(const char *text, char *host, size_t cap, uint16_t *port);
 
 #endif

@@ -7,6 +7,7 @@ instructions, never a silent skip.
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -190,6 +191,11 @@ def smollm2_server(engine_path, smollm2_path, tmp_path_factory):
     server.kill()
 
 
+# What ASan, LeakSanitizer and UBSan print: `make asan` runs this suite on an
+# instrumented tandem, and a report fails the test that provoked it.
+SANITIZER_REPORT = re.compile(r"ERROR: (Address|Leak)Sanitizer|runtime error: ")
+
+
 class Serve:
     """`tandem serve` on a config written to tmp_path, until /health says 200.
 
@@ -223,7 +229,8 @@ class Serve:
         raise AssertionError(f"tandem serve not healthy: {self.log()}")
 
     def log(self):
-        self.stderr.flush()
+        if not self.stderr.closed:
+            self.stderr.flush()
         return self.stderr_path.read_text()
 
     def status(self):
@@ -269,4 +276,6 @@ def serve_factory(tandem_bin, tmp_path):
 
     yield start
     for s in started:
-        s.stop()
+        code = s.stop()
+        assert code == 0, f"tandem serve exited {code}: {s.log()[-2000:]}"
+        assert not SANITIZER_REPORT.search(s.log()), s.log()[-4000:]

@@ -63,6 +63,13 @@ def long_chat(url, model=A, tokens=400, timeout=120):
     return http("POST", url + "/v1/chat/completions", body, timeout=timeout)
 
 
+def wait_for(cond, timeout=60):
+    deadline = time.time() + timeout
+    while not cond():
+        assert time.time() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
 def audit_lines(s):
     return [json.loads(line) for line in s.audit.read_text().splitlines()]
 
@@ -183,7 +190,7 @@ def test_deadline_while_other_model_busy_gives_504_on_time(serve_factory):
     assert s.systemone(choice("warm", A))[0] == 200
     worker = threading.Thread(target=long_chat, args=(s.url,))
     worker.start()
-    time.sleep(0.3)
+    wait_for(lambda: s.model(A)["running"] == 1)
     t = time.time()
     st, body, _ = s.systemone(choice("x", B), {"X-Tandem-Timeout-Ms": "700"})
     took = time.time() - t
@@ -236,14 +243,15 @@ def test_bad_input_gets_documented_errors_and_daemon_stays_up(serve_factory):
     assert st == 404
     error_shape(body, 404)
     # queue full: one running (a long chat on the only slot), two queued, the next is refused
+    assert s.systemone(choice("warm"))[0] == 200
     got = []
     threads = [threading.Thread(target=lambda: got.append(long_chat(s.url, tokens=200)[0]))]
     threads[0].start()
-    time.sleep(0.5)
+    wait_for(lambda: s.model(A)["running"] == 1)
     for _ in range(2):
         threads.append(threading.Thread(target=lambda: got.append(s.systemone(choice("q"))[0])))
         threads[-1].start()
-    time.sleep(0.3)
+    wait_for(lambda: s.model(A)["queued"] == 2)
     st, body, h = s.systemone(choice("one too many"))
     assert st == 429, body
     error_shape(body, 429)
@@ -269,8 +277,7 @@ def test_client_disconnect_frees_the_slot(serve_factory):
     sock = socket.create_connection(("127.0.0.1", s.port))
     sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
-    time.sleep(0.5)
-    assert s.model(A)["running"] == 1
+    wait_for(lambda: s.model(A)["running"] == 1)
     sock.close()
     t = time.time()
     st, _, _ = s.systemone(choice("next"))
@@ -330,7 +337,7 @@ def test_sigterm_drains_in_flight_and_leaves_no_engine(serve_factory):
     out = []
     worker = threading.Thread(target=lambda: out.append(long_chat(s.url, tokens=100)))
     worker.start()
-    time.sleep(0.4)
+    wait_for(lambda: s.model(A)["running"] == 1)
     s.proc.send_signal(signal.SIGTERM)
     worker.join(60)
     assert out and out[0][0] == 200  # finished during the drain
@@ -343,12 +350,12 @@ def test_sighup_reloads_keys_and_keeps_serving(serve_factory):
     assert s.systemone(choice("x"))[0] == 200
     s.config.write_text(s.config.read_text().replace("defaults:", "api_keys: [new-key]\ndefaults:"))
     s.proc.send_signal(signal.SIGHUP)
-    time.sleep(0.5)
+    wait_for(lambda: "SIGHUP: reloaded" in s.log())
     assert s.systemone(choice("x"))[0] == 401
     assert s.systemone(choice("x"), {"Authorization": "Bearer new-key"})[0] == 200
     s.config.write_text("listen: [broken\n")
     s.proc.send_signal(signal.SIGHUP)
-    time.sleep(0.5)
+    wait_for(lambda: "keeping the running config" in s.log())
     assert s.systemone(choice("x"), {"Authorization": "Bearer new-key"})[0] == 200
     assert "keeping the running config" in s.log()
 
@@ -371,3 +378,17 @@ def test_check_reports_config_errors(tandem_bin, tmp_path):
     r = subprocess.run([str(tandem_bin), "serve", "--config", str(tiny), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "models." in r.stderr
+
+
+def test_admin_load_evicts_an_idle_model_then_loads(serve_factory):
+    s = serve_factory(config("400MiB"))
+    assert s.systemone(choice("warm", A))[0] == 200
+    time.sleep(0.2)  # past the grouping linger: A is idle
+    st, body = http("POST", s.url + f"/admin/models/{B}/load")
+    assert st == 202, body
+    for _ in range(300):
+        if s.model(B)["state"] == "resident":
+            break
+        time.sleep(0.05)
+    assert s.model(B)["state"] == "resident" and s.model(A)["state"] == "unloaded"
+    assert s.model(A)["evictions"] == 1
