@@ -38,7 +38,7 @@ all: $(BUILD)/tandem
 help:
 	@echo "make            build build/tandem"
 	@echo "make test       install what is missing, build, run unit + end-to-end tests"
-	@echo "make run        install, build, run the main job (today: the engine smoke test)"
+	@echo "make run        install, build, run the decide-then-verify demo (examples/demo.yaml)"
 	@echo "make asan       unit tests, then the end-to-end suite, under AddressSanitizer + UBSan"
 	@echo "make fuzz       fuzz the GGUF reader, config loader and System One request checks, FUZZ_SECONDS (default 60) each"
 	@echo "make deps       system packages, pinned engine (CUDA=1 for a CUDA build), test models, venv"
@@ -149,10 +149,17 @@ asan: $(BUILD)/asan/tests/unit $(BUILD)/asan/tandem $(BUILD)/tests/prom_dump ven
 	$(ASAN_ENV) $(BUILD)/asan/tests/unit
 	$(ASAN_ENV) TANDEM_BIN=$(abspath $(BUILD)/asan/tandem) $(PYTEST) tests/e2e
 
+# The embedded default: examples/demo.yaml's decide-then-verify pipeline on
+# the shipped request, through `tandem decide`, which starts a private daemon
+# (and its two engines), prints the verdict and stops them (README, "make run").
 run: deps all
-	@echo "make run: the decide-then-verify demo arrives with pipelines (issue 7);"
-	@echo "make run: until then it runs the engine smoke test on SmolLM2-135M."
-	$(PYTEST) -v -s tests/e2e/test_engine_smoke.py
+	@$(MAKE) --no-print-directory fixtures
+	@echo "make run: tandem decide on examples/demo.yaml (SmolLM2 decides, Gemma-3 verifies, CPU)"
+	@echo "make run: request examples/requests/pressure.json; the daemon's log follows on stderr"
+	@$(BUILD)/tandem decide --config examples/demo.yaml --pipeline decide \
+	  --request examples/requests/pressure.json --private --verbose --human; \
+	  rc=$$?; echo "make run: tandem decide exited $$rc (0 accepted, 3 rejected, 4 escalated)"; \
+	  test $$rc -eq 0 -o $$rc -eq 3 -o $$rc -eq 4
 
 bench: deps all bench-plan
 	$(VENV)/bin/python bench/engine_start.py --out docs/bench-engine-start.md

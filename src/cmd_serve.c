@@ -288,8 +288,6 @@ static int prepare(struct serve *sv, const char *llama_server, struct sched_mode
             return 2;
     if (plan_together(sv, *specs) || compile_pipelines(sv, sv->cfg, &sv->pipelines))
         return 2;
-    if (hash_models(sv))
-        return 1;
     sv->default_model = default_model_index(sv);
     return 0;
 }
@@ -577,7 +575,7 @@ int cmd_serve_main(int argc, char **argv, const char *llama_server) {
     if (!rc && check)
         fprintf(stderr, "tandem serve: %s: configuration OK (%zu models)\n", sv.config_path, sv.n);
     else if (!rc)
-        rc = run(&sv, specs);
+        rc = hash_models(&sv) ? 1 : run(&sv, specs);
     free(specs);
     serve_free(&sv);
     return rc;

@@ -331,7 +331,8 @@ def test_status_metrics_and_admin(serve_factory):
 
 
 def test_sigterm_drains_in_flight_and_leaves_no_engine(serve_factory):
-    s = serve_factory(config())
+    # a grace long enough for the 100-token chat even on a loaded machine
+    s = serve_factory(config(extra="shutdown:\n  grace: 300s"))
     assert s.systemone(choice("warm"))[0] == 200
     pid = s.model(A)["pid"]
     out = []
