@@ -26,20 +26,6 @@ struct out {
     size_t errlen;
 };
 
-/* Cuts a truncated message back to the last whole UTF-8 sequence. */
-static void trim_partial_utf8(char *s) {
-    size_t len = strlen(s);
-    if (!len)
-        return;
-    size_t i = len - 1;
-    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
-        i--;
-    unsigned char lead = (unsigned char)s[i];
-    size_t need = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
-    if (i + need > len)
-        s[i] = '\0';
-}
-
 __attribute__((format(printf, 2, 3))) static tandem_err fail(const struct out *o,
                                                              const char *fmt, ...) {
     if (!o->err || !o->errlen)
@@ -49,7 +35,7 @@ __attribute__((format(printf, 2, 3))) static tandem_err fail(const struct out *o
     int n = vsnprintf(o->err, o->errlen, fmt, ap);
     va_end(ap);
     if (n >= 0 && (size_t)n >= o->errlen)
-        trim_partial_utf8(o->err);
+        tandem_utf8_trim(o->err, o->errlen - 1);
     return TANDEM_ERR_FORMAT;
 }
 

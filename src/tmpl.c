@@ -98,19 +98,6 @@ struct out {
     size_t errlen, used;
 };
 
-/* Cuts a truncated message back to the last whole UTF-8 sequence. */
-static void trim_partial_utf8(char *s, size_t len) {
-    if (!len)
-        return;
-    size_t i = len - 1;
-    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
-        i--;
-    unsigned char lead = (unsigned char)s[i];
-    size_t need = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
-    if (i + need > len)
-        s[i] = '\0';
-}
-
 /* Appends to the message; a message that does not fit ends on a whole
  * character. */
 __attribute__((format(printf, 2, 3))) static void say(struct out *o, const char *fmt, ...) {
@@ -132,7 +119,7 @@ __attribute__((format(printf, 2, 3))) static void say(struct out *o, const char 
         return;
     }
     o->used = o->errlen - 1;
-    trim_partial_utf8(o->err, o->used);
+    tandem_utf8_trim(o->err, o->used);
 }
 
 /* --- lexing --------------------------------------------------------------- */

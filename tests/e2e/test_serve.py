@@ -85,7 +85,8 @@ def error_shape(body, status):
 
 def test_typesafe_sdk_system_one_and_models(serve_factory):
     s = serve_factory(config())
-    client = TypeSafeClient(api_key="any-token", base_url=s.url, model="decider")
+    # first requests load the engines: allow more than the SDK's 10 s default on a busy machine
+    client = TypeSafeClient(api_key="any-token", base_url=s.url, model="decider", timeout=120)
     # a state over 1 KiB: the SDK sends it zstd-compressed when zstd is available
     state = "The build farm is at 97% memory and the queue keeps growing. " * 30
     r = client.system_one(state=state, questions={
@@ -102,7 +103,7 @@ def test_typesafe_sdk_system_one_and_models(serve_factory):
     names = [m.name for m in client.models.list().models]
     assert A in names and B in names and "jev-latest" in names
     # jev-latest (the SDK's default) goes to defaults.model
-    r2 = TypeSafeClient(api_key="x", base_url=s.url).system_one(
+    r2 = TypeSafeClient(api_key="x", base_url=s.url, timeout=120).system_one(
         state="disk full", questions={"u": {"type": "noul", "instructions": "urgent?"}})
     assert r2.model == A
 
@@ -293,7 +294,7 @@ def test_auth_with_api_keys(serve_factory):
     error_shape(body, 401)
     assert s.systemone(choice("x"), {"Authorization": "Bearer k-on"})[0] == 401
     assert s.systemone(choice("x"), {"Authorization": "Bearer k-two"})[0] == 200
-    client = TypeSafeClient(api_key="k-one", base_url=s.url)
+    client = TypeSafeClient(api_key="k-one", base_url=s.url, timeout=120)
     assert client.models.list().models
 
 
@@ -393,3 +394,31 @@ def test_admin_load_evicts_an_idle_model_then_loads(serve_factory):
         time.sleep(0.05)
     assert s.model(B)["state"] == "resident" and s.model(A)["state"] == "unloaded"
     assert s.model(A)["evictions"] == 1
+
+
+def test_shipped_examples_check_and_serve(tandem_bin, tmp_path):
+    import subprocess
+    from conftest import ROOT, free_port
+    for name in ("tandem.yaml", "demo.yaml", "kev-laya-6gb.yaml"):
+        r = subprocess.run([str(tandem_bin), "serve", "--config", str(ROOT / "examples" / name),
+                            "--check"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    port = free_port()
+    p = subprocess.Popen([str(tandem_bin), "serve", "--config", str(ROOT / "examples/tandem.yaml"),
+                          "--listen", f"127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: p.poll() is not None or _health(url) == 200)
+        assert p.poll() is None
+        st, body = http("POST", url + "/v1/systemone", choice("x", "decider"), timeout=120)
+        assert st == 200 and body["model"], body
+    finally:
+        p.terminate()
+        assert p.wait(60) == 0
+
+
+def _health(url):
+    try:
+        return http("GET", url + "/health", timeout=2)[0]
+    except OSError:
+        return None
