@@ -33,9 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from mdsection import replace_section  # noqa: E402
-from serve_bench import (A, B, FIXTURES, Cleanup, Conn, Engine, Serve, child_argv,  # noqa: E402
-                         cpu_model, descendants, engine_version, kill_pids, log, med, pct,
-                         status_models)
+from serve_bench import (A, B, FIXTURES, Cleanup, Conn, Engine, child_argv,  # noqa: E402
+                         cpu_model, engine_version, log, med, pct, start_serve, status_models)
 
 GOAL = 1.03  # pipeline median over the two direct calls in sequence
 STATE = ("The build server is at 97% memory and swapping. Eight compile jobs run in "
@@ -115,16 +114,7 @@ def via_tandem(conn):
 
 
 def start(tandem_bin, tmp, name, budget, cleanup):
-    d = tmp / name
-    d.mkdir()
-    s = Serve(tandem_bin, d, config(budget))
-
-    def stop():
-        kids = descendants(s.proc.pid)
-        s.stop()
-        kill_pids([p for p in kids if Path(f"/proc/{p}").exists()])
-    cleanup.add(stop)
-    return s, stop
+    return start_serve(tandem_bin, tmp, name, budget, cleanup, config(budget))
 
 
 def bench_overhead(tandem_bin, tmp, n, cleanup):

@@ -120,6 +120,12 @@ static tandem_err post(const struct decide_opts *o, const struct config *cfg, co
     p.endpoint = base;
     p.path = path;
     p.api_key = cfg->n_api_keys ? cfg->api_keys[0] : "tandem-decide";
+    /* the daemon keeps the deadline; the client waits a little longer for its 504 */
+    char deadline[64];
+    snprintf(deadline, sizeof deadline, "X-Tandem-Timeout-Ms: %ld", o->timeout_s * 1000);
+    const char *const headers[] = {deadline, NULL};
+    if (o->timeout_s > 0)
+        p.headers = headers;
     p.timeout_ms = (o->timeout_s > 0 ? o->timeout_s * 1000 : cfg->request_timeout_ms) + 5000;
     struct s1client *c;
     tandem_err e = s1client_new(&p, &c, err, errlen);

@@ -106,6 +106,9 @@ tandem_err s1client_new(const struct s1client_params *params, struct s1client **
         if (!h)
             goto fail;
     }
+    for (size_t i = 0; params->headers && params->headers[i]; i++)
+        if (!(h = curl_slist_append(c->headers, params->headers[i])))
+            goto fail;
     if (!(c->curl = curl_easy_init())) {
         tandem_errmsg(err, errlen, "libcurl: cannot create a handle");
         e = TANDEM_ERR_HTTP;

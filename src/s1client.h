@@ -25,6 +25,8 @@ struct s1client_params {
     const char *api_key;  /* sent as "Authorization: Bearer KEY"; NULL = no header; copied */
     long timeout_ms;      /* whole-request limit in milliseconds; 0 = 60000 */
     const char *path;     /* the route to POST to; NULL = "/v1/systemone"; copied */
+    const char *const *headers; /* more "Name: value" request headers, NULL-terminated;
+                                 * NULL = none; copied */
 };
 
 /* Returns the defaults: no endpoint, no key, 60 s timeout. */
