@@ -12,11 +12,12 @@
  *      first, never a pinned one, if that frees enough;
  *   3. else drain busy residents (no new jobs start on them; they stop when
  *      their running jobs end) once they have had their turn: they started
- *      group_limit jobs while this one waited, or this one has waited
- *      max_wait. An idle resident whose client may come back (it finished a
- *      job less than GROUP_LINGER_MS ago) counts as busy. That is the
- *      grouping that keeps alternating clients from forcing a swap per
- *      request, and max_wait is its starvation bound.
+ *      group_limit jobs while this one waited, or they have held the device
+ *      for max_wait of its wait (counted from their readiness, so a slow load
+ *      does not use up the turn). An idle resident whose client may come
+ *      back (it finished a job less than GROUP_LINGER_MS ago) counts as busy.
+ *      That is the grouping that keeps alternating clients from forcing a
+ *      swap per request, and max_wait is its starvation bound.
  * Only the oldest such job is served this way (head of line for memory), so
  * a stream of small models cannot starve a large one.
  *

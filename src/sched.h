@@ -55,7 +55,8 @@ struct sched_params {
     uint64_t gpu_budget, host_budget;
     uint32_t queue_depth;     /* waiting jobs admitted in all */
     uint32_t group_limit;     /* jobs a resident model may start while another waits */
-    int64_t max_wait_ms;      /* ... or until the waiting one has waited this long */
+    int64_t max_wait_ms;      /* ... or until it has held the device this long (from its
+                               * readiness) while another waits */
     int64_t stop_grace_ms;    /* SIGTERM to SIGKILL */
     struct prom *metrics;     /* borrowed; NULL = none */
 };
