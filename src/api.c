@@ -60,6 +60,8 @@ struct call {
     struct http_upstream *up;
     struct pipeline_run *run; /* a pipeline in flight */
     char pipeline[128];       /* its name ("" = not a pipeline call) */
+    char question[PIPELINE_QUESTION_MAX]; /* a pipeline called on /v1/systemone: the
+                                           * question its answer goes under, else "" */
     char verdict[16];         /* its verdict, for the audit line */
     char *body;          /* decoded request body (owned) */
     size_t body_len;
@@ -518,8 +520,17 @@ static void submit(struct call *c) {
                   NULL);
 }
 
+static void handle_systemone_pipeline(struct call *c, const char *name);
+
 static void handle_systemone(struct call *c) {
-    if (!read_body(c) || !parse_json_body(c) || !route_model(c))
+    if (!read_body(c) || !parse_json_body(c))
+        return;
+    const char *m = json_string_value(json_object_get(c->request, "model"));
+    if (m && !strncmp(m, CONFIG_PIPELINE_MODEL_PREFIX, strlen(CONFIG_PIPELINE_MODEL_PREFIX))) {
+        handle_systemone_pipeline(c, m + strlen(CONFIG_PIPELINE_MODEL_PREFIX));
+        return;
+    }
+    if (!route_model(c))
         return;
     char err[512];
     if (!c->model->decision_type[0]) {
@@ -541,6 +552,14 @@ static void handle_systemone(struct call *c) {
 static void on_pipeline_done(void *user, struct pipeline_outcome *o) {
     struct call *c = user;
     c->run = NULL;
+    char model[sizeof CONFIG_PIPELINE_MODEL_PREFIX + sizeof c->pipeline];
+    snprintf(model, sizeof model, CONFIG_PIPELINE_MODEL_PREFIX "%s", c->pipeline);
+    if (o->status == 200 && c->question[0] &&
+        pipeline_answer_to_systemone(o->body, model, c->question) != TANDEM_OK) {
+        json_decref(o->body);
+        fail_call(c, 500, "internal_error", "out of memory", NULL, NULL);
+        return;
+    }
     c->timing = o->sum;
     c->input_tokens = o->input_tokens;
     snprintf(c->verdict, sizeof c->verdict, "%s", o->verdict ? o->verdict : "");
@@ -553,19 +572,63 @@ static void on_pipeline_done(void *user, struct pipeline_outcome *o) {
     finish(c, o->status, msg ? error : NULL);
 }
 
-static void handle_pipeline(struct call *c) {
-    snprintf(c->pipeline, sizeof c->pipeline, "%s", http_req_path(c->r) + strlen("/v1/pipelines/"));
+/* Where a pipeline request's field came from on /v1/systemone: param (in
+ * place) and err (prefixed) name the System One field. */
+static void name_systemone_field(const struct call *c, char *param, size_t paramlen, char *err,
+                                 size_t errlen) {
+    char field[sizeof c->question + 32];
+    if (!strcmp(param, "pipeline"))
+        snprintf(field, sizeof field, "model");
+    else if (!strcmp(param, "candidates"))
+        snprintf(field, sizeof field, "questions.%s.criteria", c->question);
+    else if (!strcmp(param, "instructions"))
+        snprintf(field, sizeof field, "questions.%s.instructions", c->question);
+    else
+        return;
+    char was[1200];
+    snprintf(was, sizeof was, "%s", err);
+    tandem_errmsg(err, errlen, "%s: %s", field, was);
+    snprintf(param, paramlen, "%s", field);
+}
+
+/* Runs pipeline name (copied) on request (borrowed) for c. */
+static void start_pipeline(struct call *c, const char *name, const json_t *request) {
+    snprintf(c->pipeline, sizeof c->pipeline, "%s", name);
     int64_t due;
-    if (!read_body(c) || !parse_json_body(c) || !deadline(c, &due))
+    if (!deadline(c, &due))
         return;
     struct pipeline_env env = {c->api->p.sched, c->api->p.engines};
     char err[1200], param[256];
     int status;
-    if (pipeline_run_start(c->api->p.pipelines, &env, c->pipeline, c->request, c->id, due,
+    if (pipeline_run_start(c->api->p.pipelines, &env, c->pipeline, request, c->id, due,
                            on_pipeline_done, c, &c->run, &status, err, sizeof err, param,
-                           sizeof param) != TANDEM_OK)
-        fail_call(c, status, status == 404 ? "not_found_error" : NULL, err,
-                  param[0] ? param : NULL, NULL);
+                           sizeof param) == TANDEM_OK)
+        return;
+    if (c->question[0])
+        name_systemone_field(c, param, sizeof param, err, sizeof err);
+    fail_call(c, status, status == 404 ? "not_found_error" : NULL, err, param[0] ? param : NULL,
+              NULL);
+}
+
+static void handle_pipeline(struct call *c) {
+    if (read_body(c) && parse_json_body(c))
+        start_pipeline(c, http_req_path(c->r) + strlen("/v1/pipelines/"), c->request);
+}
+
+/* POST /v1/systemone with model "pipelines/<name>" (name borrowed from
+ * c->request): the pipeline, asked and answered in System One's shape. */
+static void handle_systemone_pipeline(struct call *c, const char *name) {
+    json_t *request;
+    char err[1200], param[256];
+    tandem_err e = pipeline_request_from_systemone(c->request, &request, c->question, err,
+                                                   sizeof err, param, sizeof param);
+    if (e == TANDEM_ERR_NOMEM)
+        fail_call(c, 500, "internal_error", "out of memory", NULL, NULL);
+    else if (e != TANDEM_OK)
+        fail_call(c, 400, "invalid_request_error", err, param, NULL);
+    else
+        start_pipeline(c, name, request);
+    json_decref(request);
 }
 
 static void handle_passthrough(struct call *c) {

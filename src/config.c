@@ -941,17 +941,32 @@ static size_t name_count(const struct config *c, const char *name) {
     return n;
 }
 
+static bool reserved_name(const char *name) {
+    return !strncmp(name, CONFIG_PIPELINE_MODEL_PREFIX, strlen(CONFIG_PIPELINE_MODEL_PREFIX));
+}
+
 static bool check_names(struct walk *w, struct config *c, struct fy_node *root) {
     for (size_t i = 0; i < c->n_models; i++) {
         const struct config_model *m = &c->models[i];
+        char p[300];
+        if (reserved_name(m->name)) {
+            snprintf(p, sizeof p, "models.%s", m->name);
+            w->line = (int)m->line;
+            return fail(w, TANDEM_ERR_FORMAT, NULL, p, "a model name may not begin with \""
+                        CONFIG_PIPELINE_MODEL_PREFIX "\" (that calls a pipeline)");
+        }
         for (size_t a = 0; a < m->n_aliases; a++) {
-            if (name_count(c, m->aliases[a]) > 1) {
-                char p[300];
-                snprintf(p, sizeof p, "models.%s.aliases[%zu]", m->name, a);
-                w->line = (int)m->line;
-                return fail(w, TANDEM_ERR_FORMAT, NULL, p,
-                            "\"%s\" already names another model or alias", m->aliases[a]);
-            }
+            const char *alias = m->aliases[a];
+            bool reserved = reserved_name(alias);
+            if (!reserved && name_count(c, alias) == 1)
+                continue;
+            snprintf(p, sizeof p, "models.%s.aliases[%zu]", m->name, a);
+            w->line = (int)m->line;
+            return fail(w, TANDEM_ERR_FORMAT, NULL, p,
+                        reserved ? "\"%s\" may not begin with \"" CONFIG_PIPELINE_MODEL_PREFIX
+                                   "\" (that calls a pipeline)"
+                                 : "\"%s\" already names another model or alias",
+                        alias);
         }
     }
     if (c->default_model && !config_find_model(c, c->default_model))

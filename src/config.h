@@ -46,6 +46,10 @@ struct config_model {
  * candidates); extra decide questions may not use it. */
 #define CONFIG_DECIDE_CHOICE_ID "choice"
 
+/* A POST /v1/systemone whose model is "pipelines/<name>" runs pipeline
+ * <name>, so no model name or alias may begin with this. */
+#define CONFIG_PIPELINE_MODEL_PREFIX "pipelines/"
+
 enum config_qtype { CONFIG_Q_CHOICE, CONFIG_Q_SCORE, CONFIG_Q_NOUL };
 
 /* A string that may hold {{references}}, rendered per request by pipeline.c. */

@@ -91,6 +91,31 @@ tandem_err pipeline_run_start(const struct pipeline_set *s, const struct pipelin
  * and the run freed; done is not called. */
 void pipeline_run_cancel(struct pipeline_run *run);
 
+/* --- the same pipelines on POST /v1/systemone (docs/pipelines.md) --- */
+
+#define PIPELINE_QUESTION_MAX 128 /* bytes of a question name, with its NUL */
+
+/* Reads request (a /v1/systemone body for model CONFIG_PIPELINE_MODEL_PREFIX
+ * "<name>", borrowed) as a pipeline request: it
+ * must ask exactly one question, a choice, whose criteria become the
+ * candidates and whose instructions (optional) the instructions; state and
+ * every other top-level field but model and questions are carried over as
+ * they are (max_attempts and min_confidence stay overrides; anything else is
+ * refused later by pipeline_run_start). On TANDEM_OK *out is a new reference
+ * and question the question's name. TANDEM_ERR_FORMAT: err[errlen] names the
+ * field ("questions.act.type: ...") and param[paramlen] (optional) is the
+ * field; TANDEM_ERR_NOMEM. */
+tandem_err pipeline_request_from_systemone(const json_t *request, json_t **out,
+                                           char question[PIPELINE_QUESTION_MAX], char *err,
+                                           size_t errlen, char *param, size_t paramlen);
+
+/* Makes body (a pipeline's 200 answer, modified in place) a /v1/systemone
+ * answer too: adds "model" (copied) and "answers": {question: a choice answer
+ * for the accepted candidate, with the confidence and every probability of the
+ * decision it came from (the escalation's, when the pipeline escalated)}, or
+ * {} when no candidate was accepted. TANDEM_OK or TANDEM_ERR_NOMEM. */
+tandem_err pipeline_answer_to_systemone(json_t *body, const char *model, const char *question);
+
 /* The decide model's config index of pipeline name, or SIZE_MAX. */
 size_t pipeline_decide_model(const struct pipeline_set *s, const char *name);
 

@@ -194,7 +194,8 @@ static tandem_err add_part(struct tmpl *t, enum part_kind kind, size_t off, size
 static void say_known(struct out *o, const struct tmpl_scope *sc) {
     const char *sep = "";
     for (size_t i = 0; i < N_BUILTINS; i++) {
-        if (builtins[i].kind == PART_ATTEMPT || (builtins[i].decided && !sc->decided))
+        if (builtins[i].kind == PART_ATTEMPT || (builtins[i].decided && !sc->decided) ||
+            (builtins[i].kind == PART_INSTRUCTIONS && sc->renders_instructions))
             continue;
         say(o, "%s%s", sep, builtins[i].name);
         sep = ", ";
@@ -269,6 +270,11 @@ static tandem_err resolve(const char *text, size_t off, size_t len, size_t col,
             return unknown(o, s, len, col, sc);
         if (e)
             return e;
+    }
+    if (p->kind == PART_INSTRUCTIONS && sc->renders_instructions) {
+        say(o, "{{instructions}} at column %zu refers to itself (this template is the "
+               "instructions used when a request brings none)", col);
+        return TANDEM_ERR_FORMAT;
     }
     if (decided && !sc->decided) {
         if (p->kind == PART_CANDIDATE)

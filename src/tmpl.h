@@ -7,7 +7,8 @@
  *
  *   state                    the request's state (a string as is; an object or
  *                            array as compact JSON)
- *   instructions             the decide question's instructions
+ *   instructions             the decide question's instructions (not inside the
+ *                            default instructions themselves)
  *   candidates               every candidate, one "- option: description" line
  *                            each, in request order
  *   candidates[decide.choice] the description of the candidate under
@@ -44,6 +45,8 @@ struct tmpl_scope {
                                     * NULL = none; usable only when decided */
     const char *const *verify_ids; /* question ids of the earlier verify stages; NULL-terminated,
                                     * NULL = none */
+    bool renders_instructions;     /* this template is the default instructions itself, so
+                                    * {{instructions}} would refer to itself */
 };
 
 /* Compiles text (borrowed) for scope (borrowed for the call). On success *out
@@ -53,7 +56,8 @@ struct tmpl_scope {
  * instructions, candidates, ...)", "{{ at column 3 is never closed",
  * "empty reference {{}} at column 5", "decide.urgent: no such decide question",
  * "verify.consistent: not answered before this stage", "decide.choice is
- * only known in verify stages"; TANDEM_ERR_NOMEM. Columns are 1-based byte
+ * only known in verify stages", "{{instructions}} at column 7 refers to
+ * itself ..."; TANDEM_ERR_NOMEM. Columns are 1-based byte
  * offsets into text. */
 tandem_err tmpl_compile(const char *text, const struct tmpl_scope *scope, struct tmpl **out,
                         char *err, size_t errlen);

@@ -12,9 +12,9 @@
  *   {"name": "...", "text": "<template>", "scope": SCOPE, "values": VALUES,
  *    "out": "<the exact rendering>" | "error": "<the exact message>",
  *    "code": "TOOBIG" (optional, default NOTFOUND), "max": N (optional)}
- * SCOPE is {"decided": bool, "decide_ids": [...], "verify_ids": [...]}, an
- * absent list meaning NULL. VALUES is struct tmpl_values as JSON: "state",
- * "instructions", "candidates", "decide_answers", "verify_answers" (absent or
+ * SCOPE is {"decided": bool, "decide_ids": [...], "verify_ids": [...],
+ * "renders_instructions": bool (optional)}, an absent list meaning NULL.
+ * VALUES is struct tmpl_values as JSON: "state", "instructions", "candidates", "decide_answers", "verify_answers" (absent or
  * null: NULL), "choice" (a string, absent or null: NULL), "confidence",
  * "probability" and "attempt" (absent: 0). `make fuzz` seeds fuzz_tmpl with
  * the compile texts. */
@@ -70,6 +70,7 @@ static void read_scope(struct tcase *c, const json_t *scope) {
     c->scope.decided = json_is_true(json_object_get(scope, "decided"));
     c->scope.decide_ids = read_ids(json_object_get(scope, "decide_ids"), c->decide_ids, c->name);
     c->scope.verify_ids = read_ids(json_object_get(scope, "verify_ids"), c->verify_ids, c->name);
+    c->scope.renders_instructions = json_is_true(json_object_get(scope, "renders_instructions"));
 }
 
 /* A JSON member as a borrowed pointer, NULL for absent or null. */
@@ -371,7 +372,7 @@ static const char full[] = "S {{state}} I {{instructions}}\n{{candidates}} {{dec
 static const char *const q_ids[] = {"q", NULL}, *const v_ids[] = {"v", NULL};
 
 Test(tmpl, compile_out_of_memory_is_reported_without_leak, .fini = disarm) {
-    const struct tmpl_scope scope = {true, q_ids, v_ids};
+    const struct tmpl_scope scope = {.decided = true, .decide_ids = q_ids, .verify_ids = v_ids};
     bool succeeded = false;
     for (long n = 0; n < 64 && !succeeded; n++) {
         struct mem_stats a, b;
@@ -395,7 +396,7 @@ Test(tmpl, compile_out_of_memory_is_reported_without_leak, .fini = disarm) {
 }
 
 Test(tmpl, render_out_of_memory_is_reported_without_leak, .fini = disarm) {
-    const struct tmpl_scope scope = {true, q_ids, v_ids};
+    const struct tmpl_scope scope = {.decided = true, .decide_ids = q_ids, .verify_ids = v_ids};
     struct tmpl *t;
     cr_assert_eq(tmpl_compile(full, &scope, &t, NULL, 0), TANDEM_OK);
     json_t *vals = json_loads("{\"state\": {\"a\": [1, 2]}, \"ins\": \"Pick.\","

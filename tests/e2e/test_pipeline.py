@@ -25,6 +25,8 @@ REQUEST = {
                    "nothing": "Change nothing and wait."},
 }
 
+OTHER = {**REQUEST, "state": "The disk is 40% full and every job finishes on time."}
+
 
 def config(budget="2GiB", threshold=">= 0", on_reject="next_best", max_attempts=3,
            escalate="", extra_pipelines="", scheduling=""):
@@ -210,6 +212,55 @@ def test_escalate_to_a_pipeline_and_to_a_model(serve_factory):
     assert b["timing"]["stages"][-1]["stage"] == "escalate"
 
 
+def test_typesafe_sdk_calls_a_pipeline_as_a_model(serve_factory):
+    from pydantic import BaseModel
+    from typesafe_sdk import TypeSafeAPIError, TypeSafeClient
+
+    class Verdict(BaseModel):
+        verdict: str
+        choice: str | None
+        attempts: list
+
+    s = serve_factory(config())
+    client = TypeSafeClient(api_key="local", base_url=s.url, model="pipelines/ops", timeout=120)
+    question = {"act": {"type": "choice", "instructions": "Which response should the operator "
+                        "take now?", "criteria": REQUEST["candidates"]}}
+    r = client.system_one(state=REQUEST["state"], questions=question)
+    run(s, OTHER)  # not an exact repeat: both answers are cold (test_deterministic_...)
+    st, native = run(s)
+    assert st == 200 and native["verdict"] == "accepted"
+    assert r.model == "pipelines/ops" and r.choices["act"].choice == native["choice"]
+    assert r.choices["act"].probabilities == native["decide"]["answers"]["choice"]["probabilities"]
+    assert r.usage.input_tokens == native["usage"]["input_tokens"]
+    full = r.raw_http_response.json()
+    assert full["verdict"] == "accepted" and full["attempts"][0]["decide"]["probabilities"] == \
+        native["attempts"][0]["decide"]["probabilities"]
+    typed = client.system_one(state=REQUEST["state"], questions=question, response_model=Verdict)
+    assert typed.verdict == "accepted" and typed.choice == native["choice"]
+    # overrides ride along as top-level fields; no accepted candidate: no answer
+    low = client.system_one(state=REQUEST["state"], questions=question,
+                            extra_body={"min_confidence": 0.99})
+    assert low.answers == {} and low.raw_http_response.json()["verdict"] == "rejected"
+    line = [json.loads(x) for x in s.audit.read_text().splitlines()][-1]
+    assert line["route"] == "systemone" and line["pipeline"] == "ops"
+    assert line["verdict"] == "rejected"
+
+    with pytest.raises(TypeSafeAPIError) as e:
+        client.system_one(state="x", questions={**question, "b": question["act"]})
+    assert e.value.status == 400 and e.value.body["error"]["param"] == "questions"
+    cases = [({"act": {"type": "noul", "instructions": "ok?"}}, "questions.act.type"),
+             ({"act": {**question["act"], "criteria": {"only": "one"}}}, "questions.act.criteria"),
+             ({"act": {**question["act"], "extra": 1}}, "questions.act.extra")]
+    for qs, field in cases:
+        st, err = http("POST", s.url + "/v1/systemone",
+                       {"model": "pipelines/ops", "state": "x", "questions": qs})
+        assert st == 400 and err["error"]["param"] == field, (qs, err)
+        assert err["error"]["message"].startswith(field + ": "), err
+    st, err = http("POST", s.url + "/v1/systemone",
+                   {"model": "pipelines/nope", "state": "x", "questions": question})
+    assert st == 404 and err["error"]["param"] == "model" and "nope" in err["error"]["message"]
+
+
 # --- requests and configuration -----------------------------------------------------------------
 
 def test_bad_pipeline_requests_name_the_field(serve_factory):
@@ -237,10 +288,14 @@ def test_bad_pipeline_requests_name_the_field(serve_factory):
      "unknown reference"),
     ("{{verify.later}}", "pipelines.ops.verify[0].questions.consistent.instructions",
      "verify.later"),
+    ("Which response now? {{instructions}}", "pipelines.ops.decide.instructions",
+     "refers to itself"),
 ])
 def test_template_reference_errors_are_caught_at_load(tandem_bin, tmp_path, snippet, where, what):
     bad = tmp_path / "bad.yaml"
-    text = config().replace("The operator proposes: {{candidates[decide.choice]}}", snippet)
+    text = (config().replace("The operator proposes: {{candidates[decide.choice]}}", snippet)
+            if "verify" in where else
+            config().replace("Which response should the operator take now?", snippet, 1))
     bad.write_text(text)
     line = next(i for i, l in enumerate(text.splitlines(), 1) if snippet in l)
     r = subprocess.run([str(tandem_bin), "serve", "--config", str(bad), "--check"],
@@ -254,14 +309,25 @@ def test_template_reference_errors_are_caught_at_load(tandem_bin, tmp_path, snip
 
 
 def test_deterministic_across_two_daemons(serve_factory):
+    """Byte-identical answers from two daemons, and from one daemon after
+    another request. An exact repeat of the request just answered is served
+    from the engine's prompt cache, which for the SmolLM2 decider (a label
+    readout on a plain KV cache) evaluates one token instead of the whole
+    prompt and moves its probabilities by a few hundredths (docs/pipelines.md,
+    Determinism): repeats then agree with each other."""
+    def numbers(a):
+        return json.dumps([a["decide"], [x["verify"] for x in a["attempts"]]])
+
     answers = []
     for _ in range(2):
         s = serve_factory(config())
         st, a = run(s)
         assert st == 200
-        answers.append(json.dumps([a["decide"], [x["verify"] for x in a["attempts"]]]))
-        s.stop()
+        answers.append(numbers(a))
     assert answers[0] == answers[1]
+    assert run(s, OTHER)[0] == 200
+    assert numbers(run(s)[1]) == answers[0]
+    assert numbers(run(s)[1]) == numbers(run(s)[1])
 
 
 # --- residency ------------------------------------------------------------------------------------

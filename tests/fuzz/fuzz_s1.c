@@ -4,14 +4,17 @@
  * a tiny message buffer; a rejection must carry a non-empty UTF-8 message,
  * the tiny one a whole-character prefix of the normal one, and the message
  * must reach the error body unchanged. The raw bytes themselves, as an error
- * message, must always give a body that serializes. Seeded by the bodies of
- * tests/data/s1/cases.jsonl. Built by `make fuzz`. */
+ * message, must always give a body that serializes. The same bodies, read
+ * as a pipeline call (model "pipelines/<name>"), give a pipeline request or
+ * a named error, and as a pipeline answer take the System One fields.
+ * Seeded by the bodies of tests/data/s1/cases.jsonl. Built by `make fuzz`. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipeline.h"
 #include "s1.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -68,6 +71,33 @@ static void validate(const json_t *body, unsigned max_options) {
     sink += len;
 }
 
+/* body as a /v1/systemone call of a pipeline, then as a pipeline's answer. */
+static void as_pipeline(const json_t *body) {
+    char question[PIPELINE_QUESTION_MAX], err[1024] = "", param[256] = "";
+    json_t *req;
+    tandem_err e = pipeline_request_from_systemone(body, &req, question, err, sizeof err, param,
+                                                   sizeof param);
+    if (e == TANDEM_OK) {
+        if (!json_is_object(req) || !question[0] || json_object_get(req, "model") ||
+            json_object_get(req, "questions"))
+            abort();
+        json_decref(req);
+    } else if (e != TANDEM_ERR_FORMAT || req || !err[0] || !param[0] || !utf8_valid(err)) {
+        abort();
+    }
+    json_t *answer = json_deep_copy(body);
+    if (json_is_object(answer)) {
+        if (pipeline_answer_to_systemone(answer, "pipelines/p", "q") != TANDEM_OK ||
+            !json_is_object(json_object_get(answer, "answers")) ||
+            !json_is_string(json_object_get(answer, "model")))
+            abort();
+        char *s = json_dumps(answer, 0);
+        sink += s ? strlen(s) : 0;
+        free(s);
+    }
+    json_decref(answer);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const size_t flags[] = {0, JSON_REJECT_DUPLICATES};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
@@ -80,6 +110,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (s1_validate_request(body, S1_OPENJEV_MAX_CHOICE_OPTIONS, NULL, 0) == TANDEM_OK &&
             s1_validate_request(body, S1_MAX_CHOICE_OPTIONS, NULL, 0) != TANDEM_OK)
             abort(); /* a lower limit can only reject more */
+        as_pipeline(body);
         const char *model = s1_request_model(body);
         sink += model ? strlen(model) : 0;
         json_decref(body);

@@ -106,10 +106,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     struct tmpl_values v;
     values_from(j, &v);
-    const struct tmpl_scope verify = {true, decide_ids, verify_ids};
-    const struct tmpl_scope decide = {false, decide_ids, NULL};
+    const struct tmpl_scope verify = {.decided = true, .decide_ids = decide_ids,
+                                      .verify_ids = verify_ids};
+    const struct tmpl_scope decide = {.decide_ids = decide_ids};
+    const struct tmpl_scope instructions = {.renders_instructions = true};
     compile(text, &verify, &v);
     compile(text, &decide, &v);
+    compile(text, &instructions, &v);
     json_decref(j);
     free(text);
     return 0;
