@@ -396,6 +396,35 @@ def test_admin_load_evicts_an_idle_model_then_loads(serve_factory):
     assert s.model(A)["evictions"] == 1
 
 
+def test_eviction_takes_the_lowest_priority_before_the_least_recently_used(serve_factory):
+    """Three models on a budget that holds any two: the third's load evicts
+    the idle model of lowest priority, although the other one was used less
+    recently (plain LRU would evict that one)."""
+    C = "kev-tiny"
+    def three(budget):
+        return config(budget, a_extra="    priority: 0") .replace(
+            f"  {B}:\n", f"  {B}:\n    priority: 5\n") + f"""  {C}:
+    path: {fixture_path(C + '.gguf')}
+    ctx: 512
+    priority: 5
+"""
+    probe = serve_factory(three("8GiB"))
+    planned = {m["name"]: m["planned"]["host_bytes"] for m in probe.status()["models"]}
+    probe.stop()
+    sizes = sorted(planned.values())
+    budget = sizes[1] + sizes[2] + sizes[0] // 2  # any two fit, never three
+    assert budget < sum(sizes)
+    s = serve_factory(three(f"{budget}B"))
+    assert s.systemone(choice("first", B))[0] == 200
+    assert s.systemone(choice("then", A))[0] == 200  # B is now the least recently used
+    time.sleep(0.2)  # past the grouping linger: both idle
+    assert s.systemone(choice("third", C))[0] == 200
+    st = {m["name"]: m for m in s.status()["models"]}
+    assert st[A]["state"] == "unloaded" and st[A]["evictions"] == 1
+    assert st[B]["state"] == "resident" and st[B]["evictions"] == 0
+    assert st[C]["state"] == "resident"
+
+
 def test_shipped_examples_check_and_serve(tandem_bin, tmp_path):
     import subprocess
     from conftest import ROOT, free_port
