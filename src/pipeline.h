@@ -96,12 +96,12 @@ void pipeline_run_cancel(struct pipeline_run *run);
 #define PIPELINE_QUESTION_MAX 128 /* bytes of a question name, with its NUL */
 
 /* Reads request (a /v1/systemone body for model CONFIG_PIPELINE_MODEL_PREFIX
- * "<name>", borrowed) as a pipeline request: it
- * must ask exactly one question, a choice, whose criteria become the
- * candidates and whose instructions (optional) the instructions; state and
- * every other top-level field but model and questions are carried over as
- * they are (max_attempts and min_confidence stay overrides; anything else is
- * refused later by pipeline_run_start). On TANDEM_OK *out is a new reference
+ * "<name>", borrowed) as a pipeline request: it must ask exactly one
+ * question, a choice, whose criteria become the candidates and whose
+ * instructions (optional) the instructions; state and every other top-level
+ * field but model and questions are carried over as they are (max_attempts
+ * and min_confidence stay overrides; anything else is refused later by
+ * pipeline_run_start). On TANDEM_OK *out is a new reference
  * and question the question's name. TANDEM_ERR_FORMAT: err[errlen] names the
  * field ("questions.act.type: ...") and param[paramlen] (optional) is the
  * field; TANDEM_ERR_NOMEM. */
