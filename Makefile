@@ -1,8 +1,10 @@
 # tandem: GNU Makefile. `make help` lists the targets.
 #
-# Two flavours of every object: build/obj (normal) and build/asan/obj
-# (AddressSanitizer + UBSan). The unit tests are one Criterion runner linking
-# every tests/test_<module>.c against the module objects (never main.o).
+# src/ has one folder per layer (docs/architecture.md, Layers); each flavour's
+# object tree mirrors it: build/obj (normal), build/asan/obj (AddressSanitizer
+# + UBSan) and build/fuzz/obj (libFuzzer, clang). The unit tests are one
+# Criterion runner linking every tests/test_<module>.c against the module
+# objects (never cli/main.o).
 
 include scripts/pins.env
 
@@ -21,7 +23,7 @@ LDLIBS     = $(foreach l,$(LIBS_PC),$(call pkg,$(word 1,$(subst :, ,$(l))),$(wor
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_FLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-SRC      := $(wildcard src/*.c)
+SRC      := $(wildcard src/*/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 VENV     := $(BUILD)/venv
 PYTEST   := $(VENV)/bin/python -m pytest
@@ -30,14 +32,15 @@ PYTEST   := $(VENV)/bin/python -m pytest
 # $(call pkg,NAME,DEBIAN-PACKAGE,--cflags|--libs)
 pkg = $(if $(shell pkg-config --exists $(1) && echo yes),$(shell pkg-config $(3) $(1)),$(error $(1) not found by pkg-config: install the Debian package $(2) (or run `make deps`)))
 
-.PHONY: all test unit e2e asan fuzz fixtures deps venv run bench bench-plan clean help
+.PHONY: all test unit e2e layers asan fuzz fixtures deps venv run bench bench-plan clean help
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/tandem
 
 help:
 	@echo "make            build build/tandem"
-	@echo "make test       install what is missing, build, run unit + end-to-end tests"
+	@echo "make test       install what is missing, check the include layers, build, run unit + end-to-end tests"
+	@echo "make layers     check that no include in src/ goes up a layer (docs/architecture.md, Layers)"
 	@echo "make run        install, build, run the decide-then-verify demo (examples/demo.yaml)"
 	@echo "make asan       unit tests, then the end-to-end suite, under AddressSanitizer + UBSan"
 	@echo "make fuzz       fuzz the GGUF reader, config loader and System One request checks, FUZZ_SECONDS (default 60) each"
@@ -69,13 +72,13 @@ $(1)/tests/%.o: tests/%.c $(BUILD)/gen/version.h
 $(1)/tandem: $(SRC:src/%.c=$(1)/obj/%.o)
 	$$(CC) $(2) -o $$@ $$^ $$(LDLIBS)
 
-$(1)/tests/unit: $(filter-out $(1)/obj/main.o,$(SRC:src/%.c=$(1)/obj/%.o)) $(TEST_SRC:tests/%.c=$(1)/tests/%.o)
+$(1)/tests/unit: $(filter-out $(1)/obj/cli/main.o,$(SRC:src/%.c=$(1)/obj/%.o)) $(TEST_SRC:tests/%.c=$(1)/tests/%.o)
 	$$(CC) $(2) -o $$@ $$^ $$(call pkg,criterion,libcriterion-dev,--libs) $$(LDLIBS)
 endef
 
 # A test helper, not part of the unit runner: prints a prom registry for the
 # official Python parser (tests/e2e/test_prom_format.py).
-$(BUILD)/tests/prom_dump: $(BUILD)/tests/prom_dump.o $(BUILD)/obj/prom.o $(BUILD)/obj/mem.o $(BUILD)/obj/err.o
+$(BUILD)/tests/prom_dump: $(BUILD)/tests/prom_dump.o $(BUILD)/obj/serve/prom.o $(BUILD)/obj/base/mem.o $(BUILD)/obj/base/err.o
 	$(CC) -o $@ $^
 
 $(eval $(call flavour,$(BUILD),))
@@ -84,7 +87,7 @@ $(eval $(call flavour,$(BUILD)/fuzz,$(FUZZ_FLAGS),clang))
 
 # --- fuzzing: libFuzzer + ASan + UBSan on the GGUF reader -------------------------
 FUZZ_SECONDS ?= 60
-FUZZ_LIB_OBJ = $(filter-out $(BUILD)/fuzz/obj/main.o $(BUILD)/fuzz/obj/cmd_%.o,$(SRC:src/%.c=$(BUILD)/fuzz/obj/%.o))
+FUZZ_LIB_OBJ = $(filter-out $(BUILD)/fuzz/obj/cli/%,$(SRC:src/%.c=$(BUILD)/fuzz/obj/%.o))
 
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
 	clang $(CFLAGS_COMMON) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(LIB_CFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
@@ -126,6 +129,12 @@ $(VENV)/.stamp: tests/e2e/requirements.txt
 	@touch $@
 
 # --- tests --------------------------------------------------------------------
+# The include-layer rule, read from docs/architecture.md's Layers table; the
+# self-test first proves that the check refuses each kind of violation.
+layers:
+	@$(PYTHON) scripts/check-layers.py --self-test
+	@$(PYTHON) scripts/check-layers.py
+
 unit: $(BUILD)/tests/unit
 	$(BUILD)/tests/unit
 
@@ -136,6 +145,7 @@ fixtures: $(BUILD)/tandem
 	@scripts/make-fixtures.sh $(abspath $(BUILD)/tandem)
 
 test: deps
+	@$(MAKE) --no-print-directory layers
 	@$(MAKE) --no-print-directory all $(BUILD)/tests/unit
 	@$(MAKE) --no-print-directory fixtures
 	@$(MAKE) --no-print-directory unit

@@ -141,7 +141,7 @@ same settings: the model alone, without the footprint cache. The target is a tot
 max(2%, 32 MiB) of measured.
 
 How to read it honestly: weights, KV, recurrent state and output are the engine's own rules
-re-implemented (src/plan.c names each source line), so they match to the rounding of the
+re-implemented (src/plan/plan.c names each source line), so they match to the rounding of the
 log's two decimals. The compute buffer has no closed form; its formula (masks + the larger of
 a layer's score matrix and FFN activations or the output head's logits) has four residual
 multipliers that were fitted to CPU runs of these same models, so for compute this table

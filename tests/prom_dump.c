@@ -8,7 +8,7 @@
  * plus tandem_up (no labels, 1) with a help text that needs escaping. */
 #include <stdio.h>
 
-#include "prom.h"
+#include "serve/prom.h"
 
 int main(int argc, char **argv) {
     struct prom *p = prom_new();

@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "audit.h"
-#include "mem.h"
+#include "serve/audit.h"
+#include "base/mem.h"
 
 static char dir[64];
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
+#include "base/cache.h"
 
 static void clear_env(void) {
     unsetenv("TANDEM_CACHE");

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "config.h"
-#include "mem.h"
+#include "serve/config.h"
+#include "base/mem.h"
 
 #define DIR_ "tests/data/config"
 

@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "engine_child.h"
+#include "engine/engine_child.h"
 
 #define LOG "/tmp/tandem-child-test.log"
 

@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "err.h"
+#include "base/err.h"
 
 Test(err, codes_are_stable) {
     /* Codes are part of the ABI of logs and exit reports: never renumber. */

@@ -3,8 +3,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "eval.h"
-#include "mem.h"
+#include "eval/eval.h"
+#include "base/mem.h"
 
 static const char CASE[] =
     "{\"id\": \"c\", \"state\": \"s\", \"questions\": {"

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "evalset.h"
-#include "mem.h"
+#include "eval/evalset.h"
+#include "base/mem.h"
 
 static const char GOOD[] =
     "{\"id\": \"c1\", \"state\": {\"cpu\": 0.9}, \"questions\": {"

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "footprint.h"
-#include "ggml_types.h"
+#include "plan/footprint.h"
+#include "gguf/ggml_types.h"
 
 #define MIB(x) ((uint64_t)((x) * 1048576.0 + 0.5))
 

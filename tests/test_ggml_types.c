@@ -15,9 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cache.h"
-#include "ggml_types.h"
-#include "mem.h"
+#include "base/cache.h"
+#include "gguf/ggml_types.h"
+#include "base/mem.h"
 #include "version.h"
 
 #define STR_(x) #x

@@ -15,10 +15,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cache.h"
-#include "ggml_types.h"
-#include "gguf.h"
-#include "mem.h"
+#include "base/cache.h"
+#include "gguf/ggml_types.h"
+#include "gguf/gguf.h"
+#include "base/mem.h"
 
 #define CORPUS "tests/data/gguf"
 

@@ -8,9 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "gguf_edit.h"
-#include "mem.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_edit.h"
+#include "base/mem.h"
 
 static char dir[64], in_path[128], out_path[128];
 

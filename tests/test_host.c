@@ -1,7 +1,7 @@
 /* Unit tests for host: strict /proc/meminfo parsing. */
 #include <criterion/criterion.h>
 
-#include "host.h"
+#include "base/host.h"
 
 Test(host, parses_meminfo) {
     const char *text = "MemTotal:       24576000 kB\n"

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "mem.h"
+#include "base/mem.h"
 
 static void disarm(void) { mem_fail_after(-1); }
 

@@ -4,7 +4,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 
-#include "metrics.h"
+#include "eval/metrics.h"
 
 #define NEAR(a, b) cr_expect(fabs((a) - (b)) < 1e-12, "%s = %.17g, expected %.17g", #a, (a), (b))
 

@@ -5,7 +5,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "nvml.h"
+#include "base/nvml.h"
 
 Test(nvml, missing_library_is_notfound) {
     struct nvml *n = (struct nvml *)1;

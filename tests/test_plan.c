@@ -6,9 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fit.h"
-#include "gguf_edit.h"
-#include "plan.h"
+#include "plan/fit.h"
+#include "gguf/gguf_edit.h"
+#include "plan/plan.h"
 
 #define F16 1
 #define F32 0

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "prom.h"
+#include "serve/prom.h"
 
 static void disarm(void) {
     mem_fail_after(-1);

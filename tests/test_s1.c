@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mem.h"
-#include "s1.h"
+#include "base/mem.h"
+#include "serve/s1.h"
 
 #define CASES "tests/data/s1/cases.jsonl"
 #define MAX_CASES 512

@@ -4,8 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "mem.h"
-#include "svg.h"
+#include "base/mem.h"
+#include "eval/svg.h"
 
 Test(svg, writes_escaped_elements) {
     struct svg *s;

@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "tensor_fill.h"
+#include "gguf/tensor_fill.h"
 
 static uint16_t f16_of(float v) {
     struct tensor_fill f = {.kind = TENSOR_FILL_CONST, .value = v};

@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mem.h"
-#include "tmpl.h"
+#include "base/mem.h"
+#include "serve/tmpl.h"
 
 #define COMPILE_CASES "tests/data/tmpl/compile.jsonl"
 #define RENDER_CASES "tests/data/tmpl/render.jsonl"

@@ -1,7 +1,7 @@
 /* Unit tests for units: byte formatting at unit boundaries. */
 #include <criterion/criterion.h>
 
-#include "units.h"
+#include "base/units.h"
 
 Test(units, formats_binary_units) {
     char b[32];

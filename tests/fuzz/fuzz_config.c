@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "config.h"
+#include "serve/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
-#include "gguf_json.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline.h"
-#include "s1.h"
+#include "serve/pipeline.h"
+#include "serve/s1.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

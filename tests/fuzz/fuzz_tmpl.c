@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tmpl.h"
+#include "serve/tmpl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,0 +1,70 @@
+/* host.c: host memory from /proc/meminfo, and the monotonic clock.
+ *
+ * Lines look like "MemAvailable:   22071236 kB". Parsing is strict: a key must
+ * start a line, be followed by a colon, digits and the "kB" unit; anything
+ * else is a format error rather than a guess. */
+#include "base/host.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+/* Finds "key:" at the start of a line and parses its kB value into bytes. */
+static tandem_err field_bytes(const char *text, const char *key, uint64_t *out) {
+    size_t klen = strlen(key);
+    for (const char *line = text; line && *line;) {
+        if (!strncmp(line, key, klen) && line[klen] == ':') {
+            const char *p = line + klen + 1;
+            while (*p == ' ' || *p == '\t')
+                p++;
+            if (!isdigit((unsigned char)*p))
+                return TANDEM_ERR_FORMAT;
+            uint64_t kib = 0;
+            for (; isdigit((unsigned char)*p); p++) {
+                unsigned d = (unsigned)(*p - '0');
+                if (kib > (UINT64_MAX / 1024 - d) / 10)
+                    return TANDEM_ERR_RANGE;
+                kib = kib * 10 + d;
+            }
+            if (strncmp(p, " kB", 3))
+                return TANDEM_ERR_FORMAT;
+            *out = kib * 1024;
+            return TANDEM_OK;
+        }
+        line = strchr(line, '\n');
+        if (line)
+            line++;
+    }
+    return TANDEM_ERR_FORMAT;
+}
+
+tandem_err host_memory_parse(const char *meminfo, struct host_memory *out) {
+    struct host_memory m;
+    tandem_err e = field_bytes(meminfo, "MemTotal", &m.total_bytes);
+    if (e == TANDEM_OK)
+        e = field_bytes(meminfo, "MemAvailable", &m.available_bytes);
+    if (e == TANDEM_OK)
+        *out = m;
+    return e;
+}
+
+tandem_err host_memory_read(struct host_memory *out) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return TANDEM_ERR_IO;
+    char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad)
+        return TANDEM_ERR_IO;
+    text[n] = '\0';
+    return host_memory_parse(text, out);
+}
+
+int64_t host_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}

@@ -1,0 +1,27 @@
+/* host.h: facts about the host machine that planning and `doctor` need. */
+#ifndef TANDEM_HOST_H
+#define TANDEM_HOST_H
+
+#include <stdint.h>
+
+#include "base/err.h"
+
+struct host_memory {
+    uint64_t total_bytes;     /* MemTotal */
+    uint64_t available_bytes; /* MemAvailable: what new processes can get */
+};
+
+/* Parses the text of /proc/meminfo (NUL-terminated) into *out.
+ * Returns TANDEM_ERR_FORMAT when MemTotal or MemAvailable is missing or
+ * malformed, TANDEM_ERR_RANGE when a value overflows 64 bits. */
+tandem_err host_memory_parse(const char *meminfo, struct host_memory *out);
+
+/* Reads and parses /proc/meminfo into *out. Returns TANDEM_ERR_IO when the
+ * file cannot be read, else as host_memory_parse(). */
+tandem_err host_memory_read(struct host_memory *out);
+
+/* Milliseconds on the monotonic clock (CLOCK_MONOTONIC): for deadlines and
+ * durations, never for wall time. */
+int64_t host_now_ms(void);
+
+#endif

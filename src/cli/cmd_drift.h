@@ -1,0 +1,28 @@
+/* cmd_drift.h: `tandem drift`, comparing two decision models answer by answer.
+ *
+ * Both models answer the same dataset; per question the KL divergence
+ * KL(ref || cand), max |dp| and top-answer agreement are reported, overall the
+ * flip rate and mean/max KL, and the worst questions. docs/eval.md documents
+ * the formulas and the --json object. */
+#ifndef TANDEM_CMD_DRIFT_H
+#define TANDEM_CMD_DRIFT_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "eval/eval.h"
+
+/* Runs `tandem drift` with its own argv (argv[0] = "drift"); llama_server is
+ * unused. Returns 0 when every request of both models was answered, 1 when
+ * the dataset or an endpoint failed (the comparison of what was answered is
+ * still printed), 2 usage error. */
+int cmd_drift_main(int argc, char **argv, const char *llama_server);
+
+/* Compares two runs over the same set (their first repeat) into the
+ * documented `tandem drift --json` object (new reference, caller owns; NULL
+ * when out of memory); top is how many worst questions to list. The models
+ * are reported as given (NULL = none). */
+json_t *cmd_drift_compare(const struct eval_run *ref, const char *ref_model,
+                          const struct eval_run *cand, const char *cand_model, size_t top);
+
+#endif

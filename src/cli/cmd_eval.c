@@ -1,0 +1,578 @@
+/* cmd_eval.c: `tandem eval`, accuracy, calibration and stability of a decision model.
+ *
+ * The flow is load (evalset) -> run (eval) -> summarize -> render. The
+ * summary is one JSON object, the documented `--json` output; the terminal
+ * table and the HTML report (report.c) are both rendered from it, so the
+ * three views cannot disagree. Scoring counts every successful repeat as one
+ * answer; stability compares each question's repeats with exact equality of
+ * the returned probabilities (the verdict "deterministic" allows no
+ * difference at all). Failed requests are listed one by one and make the
+ * exit status 1, after the report of what was answered. */
+#include "cli/cmd_eval.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/mem.h"
+#include "eval/metrics.h"
+#include "eval/report.h"
+
+#define DEFAULT_LOW_CONFIDENCE 0.6
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tandem eval --endpoint URL --data FILE [--model M] [--repeat N]\n"
+            "                   [--concurrency K] [--report out.html] [--json]\n"
+            "                   [--api-key KEY] [--low-confidence P] [--timeout S] [--retries R]\n"
+            "\n"
+            "Sends every case of FILE (JSONL, see docs/eval-format.md) to URL/v1/systemone and\n"
+            "scores the answers against the gold ones: accuracy (noul at 0.5), Brier score,\n"
+            "ECE over 15 confidence bins, MAE of score questions and the low-confidence rate,\n"
+            "overall and per question type. With --repeat N every case is sent N times and\n"
+            "each question's answers are compared: max |dp| and top-answer flips; the verdict\n"
+            "is \"deterministic\" only if every repeat returned identical probabilities.\n"
+            "\n"
+            "  --endpoint URL        any /v1/systemone server: tandem, llama-server, a hosted API\n"
+            "  --config F            tandem serve's configuration: not available in this build\n"
+            "  --model M             the request's \"model\" (omitted when not given)\n"
+            "  --data FILE           the dataset\n"
+            "  --repeat N            send each case N times (default 1, at most %u)\n"
+            "  --concurrency K       requests in flight (default 1, at most %u)\n"
+            "  --report FILE         also write a self-contained HTML report with a reliability\n"
+            "                        diagram and a confidence histogram\n"
+            "  --json                the stable machine-readable summary (docs/eval.md)\n"
+            "  --api-key KEY         sent as a bearer token (default: $TANDEM_API_KEY, if set)\n"
+            "  --low-confidence P    threshold of the low-confidence rate (default %.1f)\n"
+            "  --timeout S           seconds per request (default 60)\n"
+            "  --retries R           retries after HTTP 429, 503 or 529 (default 2)\n"
+            "  -h, --help\n"
+            "\n"
+            "Exit status: 0 every request answered, 1 the dataset or some request failed\n"
+            "(failures are listed per case, after the report), 2 usage error.\n",
+            EVAL_MAX_REPEAT, EVAL_MAX_CONCURRENCY, DEFAULT_LOW_CONFIDENCE);
+}
+
+json_t *cmd_eval_number(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+json_t *cmd_eval_answer_json(const struct evalset_question *q, size_t i) {
+    switch (q->type) {
+    case EVALSET_TYPE_CHOICE: return json_string(q->options[i]);
+    case EVALSET_TYPE_SCORE: return json_integer((json_int_t)i);
+    case EVALSET_TYPE_NOUL: return json_boolean(i == 0);
+    }
+    return json_null();
+}
+
+void cmd_eval_progress(void *user, size_t done, size_t total, double elapsed_s) {
+    const char *label = user;
+    double rate = elapsed_s > 0 ? (double)done / elapsed_s : 0;
+    char eta[32] = "?";
+    if (rate > 0) {
+        long s = (long)((double)(total - done) / rate + 0.5);
+        snprintf(eta, sizeof eta, "%ld:%02ld", s / 60, s % 60);
+    }
+    fprintf(stderr, "\r\033[K%s: %zu/%zu requests, %.1f/s, ETA %s", label, done, total, rate,
+            eta);
+    if (done == total)
+        fprintf(stderr, "\r\033[K");
+    fflush(stderr);
+}
+
+int cmd_eval_check_endpoint(const char *cmd, const char *flag, const char *value) {
+    if (!strncmp(value, "http://", 7) || !strncmp(value, "https://", 8))
+        return 0;
+    if (strstr(value, "://"))
+        fprintf(stderr, "tandem %s: %s %s: not an http:// or https:// URL\n", cmd, flag, value);
+    else
+        fprintf(stderr,
+                "tandem %s: %s %s: the config:model form needs tandem serve's configuration "
+                "support, not available in this build; give an http:// or https:// URL\n",
+                cmd, flag, value);
+    return 2;
+}
+
+/* --- scoring ------------------------------------------------------------------ */
+
+static const char *const group_names[] = {"overall", "choice", "score", "noul"};
+#define N_GROUPS 4
+
+static json_t *summary_json(const struct metrics_summary *s) {
+    struct metrics_result r = metrics_summary_result(s);
+    return json_pack("{s:I,s:o,s:o,s:o,s:o,s:o,s:o}", "n", (json_int_t)s->n, "accuracy",
+                     cmd_eval_number(r.accuracy), "brier", cmd_eval_number(r.brier), "ece",
+                     cmd_eval_number(r.ece), "low_confidence_rate",
+                     cmd_eval_number(r.low_conf_rate), "mean_confidence",
+                     cmd_eval_number(r.mean_conf), "mae", cmd_eval_number(r.mae));
+}
+
+static json_t *reliability_json(const struct metrics_calib *c) {
+    json_t *bins = json_array();
+    for (size_t b = 0; bins && b < METRICS_ECE_BINS; b++) {
+        double n = (double)c->n[b];
+        json_array_append_new(
+            bins, json_pack("{s:f,s:f,s:I,s:o,s:o}", "lo", (double)b / METRICS_ECE_BINS, "hi",
+                            (double)(b + 1) / METRICS_ECE_BINS, "n", (json_int_t)c->n[b],
+                            "confidence", cmd_eval_number(c->n[b] ? c->conf_sum[b] / n : NAN),
+                            "accuracy", cmd_eval_number(c->n[b] ? c->correct[b] / n : NAN)));
+    }
+    return bins;
+}
+
+/* Stability of one question over the run's repeats. */
+struct stab {
+    unsigned ok;        /* repeats answered */
+    double max_dp;      /* max over options of (max - min) across repeats */
+    unsigned flips;     /* answered repeats whose top answer differs from the first's */
+    int identical;      /* every answered repeat has exactly the same distribution */
+    size_t first_top;   /* top answer of the first answered repeat */
+    unsigned first_r;   /* that repeat */
+};
+
+static struct stab stability_of(const struct eval_run *run, size_t c, size_t q) {
+    struct stab st = {.identical = 1};
+    size_t n = run->set->cases[c].q[q].n_options;
+    const double *first = NULL;
+    for (unsigned r = 0; r < run->repeat; r++) {
+        const double *p = eval_run_dist(run, c, r, q);
+        if (!p)
+            continue;
+        st.ok++;
+        if (!first) {
+            first = p;
+            st.first_top = metrics_top(p, n);
+            st.first_r = r;
+            continue;
+        }
+        if (metrics_top(p, n) != st.first_top)
+            st.flips++;
+        for (size_t i = 0; i < n; i++)
+            if (p[i] != first[i])
+                st.identical = 0;
+    }
+    for (size_t i = 0; i < n && st.ok > 1; i++) {
+        double lo = INFINITY, hi = -INFINITY;
+        for (unsigned r = 0; r < run->repeat; r++) {
+            const double *p = eval_run_dist(run, c, r, q);
+            if (p) {
+                lo = p[i] < lo ? p[i] : lo;
+                hi = p[i] > hi ? p[i] : hi;
+            }
+        }
+        if (hi - lo > st.max_dp)
+            st.max_dp = hi - lo;
+    }
+    return st;
+}
+
+/* {"answer": count, ...} of the top answers over the repeats of question q. */
+static json_t *top_counts(const struct eval_run *run, size_t c, size_t q) {
+    const struct evalset_question *qq = &run->set->cases[c].q[q];
+    unsigned counts[EVALSET_MAX_CHOICE_OPTIONS] = {0};
+    for (unsigned r = 0; r < run->repeat; r++) {
+        const double *p = eval_run_dist(run, c, r, q);
+        if (p)
+            counts[metrics_top(p, qq->n_options)]++;
+    }
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < qq->n_options; i++)
+        if (counts[i])
+            json_object_set_new(o, qq->options[i], json_integer(counts[i]));
+    return o;
+}
+
+json_t *cmd_eval_summarize(const struct eval_run *run, const char *model, double low,
+                           unsigned concurrency) {
+    const struct evalset *set = run->set;
+    struct metrics_summary groups[N_GROUPS];
+    for (size_t g = 0; g < N_GROUPS; g++)
+        metrics_summary_init(&groups[g]);
+    json_t *results = json_array(), *unstable = json_array(), *errors = json_array();
+    double max_dp = 0;
+    size_t q_flipped = 0, flips = 0, q_identical = 0, q_measured = 0, answered_cases = 0;
+    int any_difference = 0;
+    for (size_t c = 0; c < set->n_cases; c++) {
+        const struct evalset_case *cs = &set->cases[c];
+        unsigned ok_repeats = 0;
+        for (unsigned r = 0; r < run->repeat; r++)
+            ok_repeats += eval_run_answer(run, c, r)->status == TANDEM_OK;
+        answered_cases += ok_repeats > 0;
+        for (size_t q = 0; q < cs->n_questions; q++) {
+            const struct evalset_question *qq = &cs->q[q];
+            size_t grp = 1 + (size_t)qq->type;
+            for (unsigned r = 0; qq->has_gold && r < run->repeat; r++) {
+                const double *p = eval_run_dist(run, c, r, q);
+                if (!p)
+                    continue;
+                bool is_score = qq->type == EVALSET_TYPE_SCORE;
+                metrics_summary_add(&groups[0], p, qq->target, qq->n_options, qq->gold,
+                                    is_score, low);
+                metrics_summary_add(&groups[grp], p, qq->target, qq->n_options, qq->gold,
+                                    is_score, low);
+            }
+            struct stab st = stability_of(run, c, q);
+            if (st.ok > 1) {
+                q_measured++;
+                q_identical += st.identical;
+                any_difference |= !st.identical;
+            }
+            if (st.max_dp > max_dp)
+                max_dp = st.max_dp;
+            flips += st.flips;
+            q_flipped += st.flips > 0;
+            json_t *item = json_pack("{s:s,s:s,s:s}", "case", cs->id, "question", qq->id, "type",
+                                     evalset_type_name(qq->type));
+            json_object_set_new(item, "gold",
+                                qq->has_gold ? cmd_eval_answer_json(qq, qq->gold) : json_null());
+            const double *p = st.ok ? eval_run_dist(run, c, st.first_r, q) : NULL;
+            if (p) {
+                json_object_set_new(item, "answer", cmd_eval_answer_json(qq, st.first_top));
+                json_object_set_new(item, "p", json_real(p[st.first_top]));
+                json_object_set_new(item, "correct", qq->has_gold
+                                                         ? json_boolean(st.first_top == qq->gold)
+                                                         : json_null());
+                json_object_set_new(
+                    item, "brier",
+                    qq->has_gold
+                        ? json_real(metrics_brier(p, qq->target, qq->n_options, qq->gold))
+                        : json_null());
+            } else {
+                json_object_set_new(item, "answer", json_null());
+                json_object_set_new(item, "p", json_null());
+                json_object_set_new(item, "correct", json_null());
+                json_object_set_new(item, "brier", json_null());
+            }
+            json_object_set_new(item, "answered", json_integer(st.ok));
+            json_object_set_new(item, "max_dp", json_real(st.max_dp));
+            json_object_set_new(item, "flips", json_integer(st.flips));
+            json_array_append_new(results, item);
+            if (st.ok > 1 && !st.identical)
+                json_array_append_new(
+                    unstable, json_pack("{s:s,s:s,s:f,s:I,s:o}", "case", cs->id, "question",
+                                        qq->id, "max_dp", st.max_dp, "flips", (json_int_t)st.flips,
+                                        "answers", top_counts(run, c, q)));
+        }
+        for (unsigned r = 0; r < run->repeat; r++) {
+            const struct eval_answer *a = eval_run_answer(run, c, r);
+            if (a->status == TANDEM_OK)
+                continue;
+            json_array_append_new(
+                errors, json_pack("{s:s,s:I,s:I,s:I,s:s}", "case", cs->id, "line",
+                                  (json_int_t)cs->line, "repeat", (json_int_t)r + 1,
+                                  "http_status", (json_int_t)a->http_status, "error",
+                                  a->error ? a->error : tandem_strerror(a->status)));
+        }
+    }
+    const char *verdict = run->repeat < 2 ? "not measured"
+                          : any_difference ? "nondeterministic"
+                          : run->n_errors  ? "incomplete"
+                                           : "deterministic";
+    json_t *metrics = json_object();
+    for (size_t g = 0; metrics && g < N_GROUPS; g++)
+        json_object_set_new(metrics, group_names[g], summary_json(&groups[g]));
+    size_t total = (size_t)run->repeat * set->n_cases;
+    json_t *out = json_pack(
+        "{s:s,s:s,s:o,s:s,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:{s:I,s:I,s:I,s:I}}", "format",
+        "tandem-eval/1", "endpoint", run->url, "model", model ? json_string(model) : json_null(),
+        "data", set->path, "cases", (json_int_t)set->n_cases, "questions",
+        (json_int_t)set->n_questions, "scored_questions", (json_int_t)set->n_gold, "repeat",
+        (json_int_t)run->repeat, "concurrency", (json_int_t)concurrency,
+        "low_confidence_threshold", low, "seconds", run->seconds, "requests", "total",
+        (json_int_t)total, "ok", (json_int_t)(total - run->n_errors), "errors",
+        (json_int_t)run->n_errors, "cases_answered", (json_int_t)answered_cases);
+    if (!out || !metrics || !results || !unstable || !errors) {
+        json_decref(out);
+        json_decref(metrics);
+        json_decref(results);
+        json_decref(unstable);
+        json_decref(errors);
+        return NULL;
+    }
+    json_object_set_new(out, "metrics", metrics);
+    json_object_set_new(out, "reliability", reliability_json(&groups[0].calib));
+    json_object_set_new(out, "stability",
+                        json_pack("{s:I,s:s,s:I,s:I,s:f,s:I,s:I,s:o}", "repeat",
+                                  (json_int_t)run->repeat, "verdict", verdict,
+                                  "questions_measured", (json_int_t)q_measured,
+                                  "questions_identical", (json_int_t)q_identical, "max_dp",
+                                  max_dp, "questions_with_flips", (json_int_t)q_flipped,
+                                  "flips", (json_int_t)flips, "unstable", unstable));
+    json_object_set_new(out, "errors", errors);
+    json_object_set_new(out, "results", results);
+    return out;
+}
+
+/* --- rendering ---------------------------------------------------------------- */
+
+/* One right-aligned table cell of the given width: the number at 3 decimals, or "-". */
+static void cell(const json_t *o, const char *key, int width) {
+    const json_t *v = json_object_get(o, key);
+    if (json_is_number(v))
+        printf(" %*.3f", width, json_number_value(v));
+    else
+        printf(" %*s", width, "-");
+}
+
+static void print_table(const json_t *s) {
+    const json_t *m = json_object_get(s, "metrics");
+    const char *model = json_string_value(json_object_get(s, "model"));
+    printf("tandem eval: %s, %lld cases, %lld questions (%lld scored), repeat %lld, at %s%s%s%s, "
+           "%.1f s\n",
+           json_string_value(json_object_get(s, "data")),
+           (long long)json_integer_value(json_object_get(s, "cases")),
+           (long long)json_integer_value(json_object_get(s, "questions")),
+           (long long)json_integer_value(json_object_get(s, "scored_questions")),
+           (long long)json_integer_value(json_object_get(s, "repeat")),
+           json_string_value(json_object_get(s, "endpoint")), model ? " (model " : "",
+           model ? model : "", model ? ")" : "",
+           json_number_value(json_object_get(s, "seconds")));
+    printf("\n%-8s %6s %9s %7s %7s %9s %10s %7s\n", "type", "n", "accuracy", "brier", "ece",
+           "low-conf", "mean-conf", "mae");
+    for (size_t g = 0; g < N_GROUPS; g++) {
+        const json_t *row = json_object_get(m, group_names[g]);
+        json_int_t n = json_integer_value(json_object_get(row, "n"));
+        if (g && n == 0)
+            continue;
+        printf("%-8s %6lld", group_names[g], (long long)n);
+        cell(row, "accuracy", 8);
+        cell(row, "brier", 6);
+        cell(row, "ece", 6);
+        cell(row, "low_confidence_rate", 8);
+        cell(row, "mean_confidence", 9);
+        cell(row, "mae", 6);
+        printf("\n");
+    }
+    printf("(low-conf: share of answers whose top probability is below %.2f)\n",
+           json_number_value(json_object_get(s, "low_confidence_threshold")));
+    const json_t *st = json_object_get(s, "stability");
+    const char *verdict = json_string_value(json_object_get(st, "verdict"));
+    printf("\nstability: %s", verdict);
+    if (strcmp(verdict, "not measured"))
+        printf(" over %lld repeats: %lld of %lld questions identical, max |dp| %.6g, "
+               "%lld questions with top-answer flips (%lld flips)\n",
+               (long long)json_integer_value(json_object_get(st, "repeat")),
+               (long long)json_integer_value(json_object_get(st, "questions_identical")),
+               (long long)json_integer_value(json_object_get(st, "questions_measured")),
+               json_number_value(json_object_get(st, "max_dp")),
+               (long long)json_integer_value(json_object_get(st, "questions_with_flips")),
+               (long long)json_integer_value(json_object_get(st, "flips")));
+    else
+        printf(" (use --repeat N)\n");
+    size_t i;
+    const json_t *u;
+    json_array_foreach(json_object_get(st, "unstable"), i, u) {
+        if (i == 10) {
+            printf("  ... and %zu more (see --json)\n",
+                   json_array_size(json_object_get(st, "unstable")) - 10);
+            break;
+        }
+        printf("  %s.%s: max |dp| %.6g, %lld flips, top answers",
+               json_string_value(json_object_get(u, "case")),
+               json_string_value(json_object_get(u, "question")),
+               json_number_value(json_object_get(u, "max_dp")),
+               (long long)json_integer_value(json_object_get(u, "flips")));
+        const char *key;
+        const json_t *count;
+        json_object_foreach((json_t *)json_object_get(u, "answers"), key, count)
+            printf(" %s x%lld", key, (long long)json_integer_value(count));
+        printf("\n");
+    }
+    const json_t *req = json_object_get(s, "requests");
+    json_int_t nerr = json_integer_value(json_object_get(req, "errors"));
+    if (!nerr) {
+        printf("\nerrors: none (%lld requests answered)\n",
+               (long long)json_integer_value(json_object_get(req, "total")));
+        return;
+    }
+    printf("\nerrors: %lld of %lld requests failed\n", (long long)nerr,
+           (long long)json_integer_value(json_object_get(req, "total")));
+    const json_t *e;
+    json_array_foreach(json_object_get(s, "errors"), i, e)
+        printf("  case %s (line %lld), repeat %lld: %s\n",
+               json_string_value(json_object_get(e, "case")),
+               (long long)json_integer_value(json_object_get(e, "line")),
+               (long long)json_integer_value(json_object_get(e, "repeat")),
+               json_string_value(json_object_get(e, "error")));
+}
+
+/* Writes data[0..len) to path through a temporary file and a rename. */
+static int write_atomic(const char *path, const char *data, size_t len) {
+    size_t n = strlen(path) + 16;
+    char *tmp = mem_alloc(n);
+    if (!tmp)
+        return -1;
+    snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(data, 1, len, f) == len;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    if (ok && rename(tmp, path) != 0)
+        ok = 0;
+    if (!ok) {
+        int saved = errno;
+        unlink(tmp);
+        errno = saved;
+    }
+    mem_free(tmp);
+    return ok ? 0 : -1;
+}
+
+/* --- the command -------------------------------------------------------------- */
+
+int cmd_eval_parse_uint(const char *cmd, const char *flag, const char *s, unsigned lo,
+                        unsigned hi, unsigned *out) {
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || *s == '-' || v < lo || v > hi) {
+        fprintf(stderr, "tandem %s: %s %s: expected an integer from %u to %u\n", cmd, flag, s,
+                lo, hi);
+        return 2;
+    }
+    *out = (unsigned)v;
+    return 0;
+}
+
+static int parse_double(const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "tandem eval: %s %s: expected a number from %g to %g\n", flag, s, lo, hi);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+int cmd_eval_main(int argc, char **argv, const char *llama_server) {
+    (void)llama_server;
+    enum { O_ENDPOINT = 256, O_CONFIG, O_MODEL, O_DATA, O_REPEAT, O_CONC, O_REPORT, O_JSON,
+           O_KEY, O_LOW, O_TIMEOUT, O_RETRIES };
+    static const struct option opts[] = {
+        {"endpoint", required_argument, NULL, O_ENDPOINT},
+        {"config", required_argument, NULL, O_CONFIG},
+        {"model", required_argument, NULL, O_MODEL},
+        {"data", required_argument, NULL, O_DATA},
+        {"repeat", required_argument, NULL, O_REPEAT},
+        {"concurrency", required_argument, NULL, O_CONC},
+        {"report", required_argument, NULL, O_REPORT},
+        {"json", no_argument, NULL, O_JSON},
+        {"api-key", required_argument, NULL, O_KEY},
+        {"low-confidence", required_argument, NULL, O_LOW},
+        {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"retries", required_argument, NULL, O_RETRIES},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    struct eval_params p = eval_default_params();
+    const char *data = NULL, *report = NULL;
+    double low = DEFAULT_LOW_CONFIDENCE, timeout_s = 60;
+    int c, as_json = 0, rc = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1 && !rc) {
+        switch (c) {
+        case O_ENDPOINT: p.endpoint = optarg; break;
+        case O_CONFIG:
+            fprintf(stderr, "tandem eval: --config needs tandem serve's configuration support, "
+                            "not available in this build; use --endpoint URL\n");
+            return 2;
+        case O_MODEL: p.model = optarg; break;
+        case O_DATA: data = optarg; break;
+        case O_REPEAT:
+            rc = cmd_eval_parse_uint("eval", "--repeat", optarg, 1, EVAL_MAX_REPEAT, &p.repeat);
+            break;
+        case O_CONC:
+            rc = cmd_eval_parse_uint("eval", "--concurrency", optarg,
+                                     1, EVAL_MAX_CONCURRENCY, &p.concurrency);
+            break;
+        case O_REPORT: report = optarg; break;
+        case O_JSON: as_json = 1; break;
+        case O_KEY: p.api_key = optarg; break;
+        case O_LOW: rc = parse_double("--low-confidence", optarg, 0, 1, &low); break;
+        case O_TIMEOUT: rc = parse_double("--timeout", optarg, 0.001, 86400, &timeout_s); break;
+        case O_RETRIES:
+            rc = cmd_eval_parse_uint("eval", "--retries", optarg, 0, 10, &p.retries);
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (rc)
+        return rc;
+    if (optind != argc) {
+        fprintf(stderr, "tandem eval: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!p.endpoint || !data) {
+        fprintf(stderr, "tandem eval: --endpoint URL and --data FILE are required\n");
+        usage(stderr);
+        return 2;
+    }
+    if ((rc = cmd_eval_check_endpoint("eval", "--endpoint", p.endpoint)))
+        return rc;
+    if (!p.api_key && getenv("TANDEM_API_KEY") && *getenv("TANDEM_API_KEY"))
+        p.api_key = getenv("TANDEM_API_KEY");
+    p.timeout_ms = (long)(timeout_s * 1000);
+
+    static char err[64 * 1024];
+    struct evalset *set;
+    if (evalset_load(data, &set, err, sizeof err) != TANDEM_OK) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    if (set->n_gold == 0) {
+        fprintf(stderr, "tandem eval: %s: no case has a gold answer, nothing to score "
+                        "(tandem drift compares models without them)\n", data);
+        evalset_free(set);
+        return 1;
+    }
+    if (isatty(STDERR_FILENO)) {
+        p.progress = cmd_eval_progress;
+        p.progress_user = "eval";
+    }
+    struct eval_run *run;
+    if (eval_run_new(set, &p, &run, err, sizeof err) != TANDEM_OK) {
+        fprintf(stderr, "tandem eval: %s\n", err);
+        evalset_free(set);
+        return 1;
+    }
+    json_t *summary = cmd_eval_summarize(run, p.model, low, p.concurrency);
+    int status = run->n_errors ? 1 : 0;
+    if (!summary) {
+        fprintf(stderr, "tandem eval: out of memory\n");
+        status = 1;
+    } else {
+        int report_ok = 0;
+        if (report) {
+            char *html = NULL;
+            size_t len = 0;
+            tandem_err e = report_eval_html(summary, &html, &len);
+            if (e != TANDEM_OK)
+                fprintf(stderr, "tandem eval: report: %s\n", tandem_strerror(e));
+            else if (write_atomic(report, html, len) != 0)
+                fprintf(stderr, "tandem eval: %s: cannot write: %s\n", report, strerror(errno));
+            else
+                report_ok = 1;
+            if (!report_ok)
+                status = 1;
+            mem_free(html);
+        }
+        if (as_json) {
+            json_dumpf(summary, stdout, JSON_INDENT(2));
+            printf("\n");
+        } else {
+            print_table(summary);
+            if (report_ok)
+                printf("report: %s\n", report);
+        }
+        json_decref(summary);
+    }
+    eval_run_free(run);
+    evalset_free(set);
+    return status;
+}

@@ -1,0 +1,582 @@
+/* cmd_serve.c: `tandem serve --config tandem.yaml`: the daemon.
+ *
+ * Start-up does everything that can fail before a port is opened: the
+ * config is validated, the engine located, every model's header read and
+ * planned on the budget (a model that cannot fit even alone, or not beside
+ * the pinned ones, is a configuration error), the log directory and audit
+ * log opened. Then one libevent loop runs the HTTP server (http, api), the
+ * scheduler and the children until a signal:
+ *   SIGTERM/SIGINT  drain: stop accepting, fail the queue with 503, let
+ *                   running requests finish up to shutdown.grace, stop the
+ *                   engines, exit 0 (a second signal cuts the grace short);
+ *   SIGHUP          re-read the config: keys, limits and logging apply at
+ *                   once; model changes are reported as needing a restart.
+ * Under systemd (Type=notify) READY=1 (with STATUS=serving on <url>, which
+ * `tandem decide` reads to find a private daemon on port 0), RELOADING=1 and
+ * STOPPING=1 are sent on $NOTIFY_SOCKET (the protocol is one datagram; no
+ * libsystemd needed). */
+#include "cli/cmd_serve.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stddef.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "serve/api.h"
+#include "serve/audit.h"
+#include "base/cache.h"
+#include "serve/config.h"
+#include "engine/engine.h"
+#include "plan/fit.h"
+#include "base/hash.h"
+#include "base/host.h"
+#include "serve/http.h"
+#include "base/nvml.h"
+#include "serve/pipeline.h"
+#include "plan/plan_cli.h"
+#include "serve/prom.h"
+#include "serve/s1.h"
+#include "serve/sched.h"
+#include "base/units.h"
+#include "version.h"
+
+#define READY_POLL_MS 50
+
+struct serve {
+    struct config *cfg;
+    const char *config_path;
+    const char *listen_flag;
+    char engine[4096];
+    struct fit_budget budget;
+    uint64_t budget_total;
+    const char *budget_source;
+    struct plan_model **pm;
+    struct api_model *models;
+    struct pipeline_model *pmodels;  /* the same models as pipelines see them */
+    char (*file_sha256)[HASH_SHA256_HEX_LEN + 1];
+    struct pipeline_set *pipelines;
+    struct config **retired;         /* configs and pipeline sets replaced by SIGHUP: runs */
+    struct pipeline_set **retired_sets; /* in flight may still use them, so they live on */
+    size_t n_retired;
+    size_t n;
+    size_t default_model;
+    struct event_base *base;
+    struct prom *metrics;
+    struct nvml *nvml; /* NULL without an NVIDIA driver */
+    struct audit *audit;
+    struct sched *sched;
+    struct api *api;
+    struct http_server *server;
+    struct http_client *engines;
+    struct event *sig_term, *sig_int, *sig_hup, *ready_ev, *grace_ev;
+    bool draining;
+};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tandem serve --config FILE [--listen ADDR:PORT] [--check]\n"
+            "\n"
+            "Serves the models of a tandem.yaml (docs/config.md): POST /v1/systemone,\n"
+            "OpenAI-style /v1/chat/completions, /v1/completions and /v1/embeddings,\n"
+            "GET /v1/models, /health, /v1/status, /metrics, and\n"
+            "POST /admin/models/{name}/load|unload (docs/serve.md).\n"
+            "Models load on demand and stay resident while they fit the budget.\n"
+            "\n"
+            "  --config FILE      the configuration (required)\n"
+            "  --listen ADDR:PORT override the config's listen address\n"
+            "  --check            validate the config and plan every model, then exit\n"
+            "  -h, --help\n"
+            "\n"
+            "signals: SIGTERM/SIGINT drain and exit 0; SIGHUP re-reads the config\n"
+            "exit codes: 0 stopped cleanly or check passed, 1 runtime failure,\n"
+            "2 usage or configuration error\n");
+}
+
+/* --- systemd notification ---------------------------------------------------------------- */
+
+static void notify(const char *state) {
+    const char *path = getenv("NOTIFY_SOCKET");
+    if (!path || (path[0] != '/' && path[0] != '@') || strlen(path) >= sizeof(struct sockaddr_un){0}.sun_path)
+        return;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    memcpy(a.sun_path, path, strlen(path));
+    if (a.sun_path[0] == '@')
+        a.sun_path[0] = '\0'; /* abstract namespace */
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(path));
+    (void)!sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&a, len);
+    close(fd);
+}
+
+/* --- planning ------------------------------------------------------------------------------ */
+
+static void config_budget(const struct config *cfg, struct serve *sv) {
+    struct plan_cli o = {.settings = plan_default_settings()};
+    if (cfg->vram)
+        o.vram = cfg->vram, o.have_vram = true;
+    o.reserve = cfg->reserve, o.have_reserve = true;
+    if (cfg->ram)
+        o.ram = cfg->ram, o.have_ram = true;
+    sv->budget_source = plan_cli_budget(&o, &sv->budget, &sv->budget_total);
+}
+
+/* Plans config model cm alone; fills *am and the scheduler spec. Returns 0 or 2. */
+static int plan_model(struct serve *sv, size_t i, struct sched_model_spec *spec) {
+    const struct config_model *cm = &sv->cfg->models[i];
+    char err[512];
+    if (plan_model_open(cm->path, &sv->pm[i], err, sizeof err) != TANDEM_OK) {
+        fprintf(stderr, "tandem serve: %s:%u: models.%s: %s\n", sv->config_path, cm->line,
+                cm->name, err);
+        return 2;
+    }
+    struct plan_model *m = sv->pm[i];
+    struct plan_settings resolved;
+    struct fit_model_result r;
+    struct fit_result res;
+    if (plan_cli_fit_one(cm->name, m, &cm->settings, &sv->budget, true, &resolved, &r, &res) !=
+            TANDEM_OK ||
+        res.verdict == FIT_NO_FIT) {
+        fprintf(stderr, "tandem serve: %s:%u: models.%s: %s\n", sv->config_path, cm->line,
+                cm->name, res.reason);
+        return 2;
+    }
+    *spec = (struct sched_model_spec){
+        .name = cm->name, .path = cm->path, .model = m, .settings = resolved,
+        .gpu_bytes = plan_footprint_device_total(&r.footprint, PLAN_DEVICE_GPU),
+        .host_bytes = plan_footprint_device_total(&r.footprint, PLAN_DEVICE_HOST),
+        .keep_alive_ms = cm->keep_alive_ms, .load_timeout_ms = cm->load_timeout_ms,
+        .pin = cm->pin, .priority = cm->priority, .extra_args = cm->extra_args};
+    sv->models[i] = (struct api_model){.cm = cm, .sched_index = i,
+                                       .decision_type = plan_model_decision_type(m),
+                                       .arch = plan_model_arch(m), .n_ctx = resolved.ctx,
+                                       .sha256 = plan_model_header_sha256(m),
+                                       .file_sha256 = sv->file_sha256[i]};
+    sv->pmodels[i] = (struct pipeline_model){.sched_index = i,
+                                             .decision_type = plan_model_decision_type(m),
+                                             .max_options = s1_max_options(plan_model_decision_type(m)),
+                                             .file_sha256 = sv->file_sha256[i]};
+    char gpu[32], host[32];
+    units_format_bytes(spec->gpu_bytes, gpu, sizeof gpu);
+    units_format_bytes(spec->host_bytes, host, sizeof host);
+    fprintf(stderr, "tandem serve: %s: %s%s, ctx %u, ngl %d, %u slot(s): %s GPU + %s host\n",
+            cm->name, plan_model_arch(m), plan_model_decision_type(m)[0] ? " (decision)" : "",
+            resolved.ctx, resolved.ngl, resolved.parallel, gpu, host);
+    return 0;
+}
+
+/* Whether every model fits beside all pinned ones, and the overall verdict. */
+static int plan_together(struct serve *sv, const struct sched_model_spec *specs) {
+    uint64_t pin_gpu = 0, pin_host = 0;
+    for (size_t i = 0; i < sv->n; i++)
+        if (specs[i].pin)
+            pin_gpu += specs[i].gpu_bytes, pin_host += specs[i].host_bytes;
+    uint64_t gpu_cap = sv->budget.gpu ? sv->budget.gpu_bytes : 0, all_gpu = 0, all_host = 0;
+    for (size_t i = 0; i < sv->n; i++) {
+        all_gpu += specs[i].gpu_bytes, all_host += specs[i].host_bytes;
+        uint64_t g = pin_gpu + (specs[i].pin ? 0 : specs[i].gpu_bytes);
+        uint64_t h = pin_host + (specs[i].pin ? 0 : specs[i].host_bytes);
+        if (g > gpu_cap || h > sv->budget.host_bytes) {
+            fprintf(stderr,
+                    "tandem serve: %s:%u: models.%s: does not fit beside the pinned models; "
+                    "unpin one or lower its ctx\n",
+                    sv->config_path, sv->cfg->models[i].line, specs[i].name);
+            return 2;
+        }
+    }
+    bool together = all_gpu <= gpu_cap && all_host <= sv->budget.host_bytes;
+    char total[32];
+    units_format_bytes(sv->budget_total, total, sizeof total);
+    fprintf(stderr, "tandem serve: budget %s (%s): %s\n", total, sv->budget_source,
+            together ? "all models can be resident together"
+                     : "models rotate: they do not all fit at once");
+    return 0;
+}
+
+/* Whether a pipeline of cfg names model i in a stage or an escalation. */
+static bool used_by_pipelines(const struct config *cfg, size_t i) {
+    const struct config_model *m = &cfg->models[i];
+    for (size_t p = 0; p < cfg->n_pipelines; p++) {
+        const struct config_pipeline *pl = &cfg->pipelines[p];
+        bool used = config_find_model(cfg, pl->decide.model) == m ||
+                    (pl->escalate_model && config_find_model(cfg, pl->escalate_model) == m);
+        for (size_t v = 0; v < pl->n_verify; v++)
+            used |= config_find_model(cfg, pl->verify[v].model) == m;
+        if (used)
+            return true;
+    }
+    return false;
+}
+
+/* The whole-file SHA-256 of every model a pipeline uses (pipeline answers
+ * name them), through the digest cache: a model is read in full once. */
+static int hash_models(struct serve *sv) {
+    for (size_t i = 0; i < sv->n; i++) {
+        const struct config_model *cm = &sv->cfg->models[i];
+        char err[512];
+        bool cached;
+        if (!used_by_pipelines(sv->cfg, i))
+            continue;
+        int64_t t0 = host_now_ms();
+        if (hash_file_sha256_cached(cm->path, sv->file_sha256[i], &cached, err, sizeof err) !=
+            TANDEM_OK) {
+            fprintf(stderr, "tandem serve: models.%s: %s\n", cm->name, err);
+            return 1;
+        }
+        if (!cached)
+            fprintf(stderr, "tandem serve: %s: sha256 %.12s… (hashed in %.1f s, cached)\n",
+                    cm->name, sv->file_sha256[i], (double)(host_now_ms() - t0) / 1000.0);
+    }
+    return 0;
+}
+
+/* Compiles cfg's pipelines against the planned models. Returns 0 or 2. */
+static int compile_pipelines(struct serve *sv, const struct config *cfg,
+                             struct pipeline_set **out) {
+    char err[1024];
+    if (pipeline_set_new(cfg, sv->pmodels, out, err, sizeof err) != TANDEM_OK) {
+        fprintf(stderr, "tandem serve: %s\n", err);
+        return 2;
+    }
+    return 0;
+}
+
+static size_t default_model_index(const struct serve *sv) {
+    const struct config_model *want =
+        sv->cfg->default_model ? config_find_model(sv->cfg, sv->cfg->default_model) : NULL;
+    for (size_t i = 0; i < sv->n; i++)
+        if (want ? &sv->cfg->models[i] == want : sv->models[i].decision_type[0] != '\0')
+            return i;
+    return SIZE_MAX;
+}
+
+/* Reads and plans everything. Returns 0, 1 (runtime) or 2 (configuration). */
+static int prepare(struct serve *sv, const char *llama_server, struct sched_model_spec **specs) {
+    char err[1024];
+    if (config_load(sv->config_path, &sv->cfg, err, sizeof err) != TANDEM_OK) {
+        fprintf(stderr, "tandem serve: %s\n", err);
+        return 2;
+    }
+    enum engine_source src;
+    const char *want = sv->cfg->llama_server ? sv->cfg->llama_server : llama_server;
+    if (engine_locate(want, TANDEM_ENGINE_BUILD, sv->engine, sizeof sv->engine, &src) !=
+        TANDEM_OK) {
+        fprintf(stderr, "tandem serve: no llama-server at %s (run `make deps`, or see doctor)\n",
+                sv->engine);
+        return 1;
+    }
+    sv->n = sv->cfg->n_models;
+    sv->pm = calloc(sv->n, sizeof *sv->pm);
+    sv->models = calloc(sv->n, sizeof *sv->models);
+    sv->pmodels = calloc(sv->n, sizeof *sv->pmodels);
+    sv->file_sha256 = calloc(sv->n, sizeof *sv->file_sha256);
+    *specs = calloc(sv->n, sizeof **specs);
+    if (!sv->pm || !sv->models || !sv->pmodels || !sv->file_sha256 || !*specs)
+        return 1;
+    config_budget(sv->cfg, sv);
+    for (size_t i = 0; i < sv->n; i++)
+        if (plan_model(sv, i, &(*specs)[i]))
+            return 2;
+    if (plan_together(sv, *specs) || compile_pipelines(sv, sv->cfg, &sv->pipelines))
+        return 2;
+    sv->default_model = default_model_index(sv);
+    return 0;
+}
+
+/* --- running ------------------------------------------------------------------------------- */
+
+static struct api_params api_params(struct serve *sv) {
+    return (struct api_params){.cfg = sv->cfg, .models = sv->models, .n_models = sv->n,
+                               .default_model = sv->default_model, .sched = sv->sched,
+                               .engines = sv->engines, .metrics = sv->metrics, .audit = sv->audit,
+                               .nvml = sv->nvml, .pipelines = sv->pipelines};
+}
+
+static struct http_server_params server_params(const struct config *cfg) {
+    return (struct http_server_params){.host = cfg->listen_host, .port = cfg->listen_port,
+                                       .max_body_bytes = cfg->max_body_bytes,
+                                       .header_timeout_ms = cfg->header_timeout_ms,
+                                       .idle_timeout_ms = cfg->idle_timeout_ms,
+                                       .max_connections = cfg->max_connections};
+}
+
+static void on_drained(void *user) {
+    struct serve *sv = user;
+    fprintf(stderr, "tandem serve: every engine has stopped; exiting\n");
+    event_base_loopexit(sv->base, NULL);
+}
+
+static void on_grace(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    struct serve *sv = arg;
+    fprintf(stderr, "tandem serve: shutdown grace over: ending the requests still running\n");
+    sched_shutdown_now(sv->sched);
+}
+
+static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
+    (void)what;
+    struct serve *sv = arg;
+    if (sv->draining) {
+        fprintf(stderr, "tandem serve: %s again: stopping now\n", strsignal((int)sig));
+        sched_shutdown_now(sv->sched);
+        return;
+    }
+    sv->draining = true;
+    notify("STOPPING=1");
+    fprintf(stderr, "tandem serve: %s: draining (grace %lld ms)\n", strsignal((int)sig),
+            (long long)sv->cfg->drain_grace_ms);
+    http_server_stop_accepting(sv->server);
+    api_set_serving(sv->api, false, "draining");
+    struct timeval tv = {(time_t)(sv->cfg->drain_grace_ms / 1000),
+                         (suseconds_t)(sv->cfg->drain_grace_ms % 1000) * 1000};
+    evtimer_add(sv->grace_ev, &tv);
+    sched_shutdown(sv->sched, on_drained, sv);
+}
+
+/* Same models (file, settings, engine arguments) in the same order? */
+static bool same_models(const struct config *a, const struct config *b) {
+    if (a->n_models != b->n_models)
+        return false;
+    for (size_t i = 0; i < a->n_models; i++) {
+        const struct config_model *x = &a->models[i], *y = &b->models[i];
+        if (strcmp(x->name, y->name) || strcmp(x->path, y->path) ||
+            !plan_settings_equal(&x->settings, &y->settings) ||
+            x->n_extra_args != y->n_extra_args || x->n_aliases != y->n_aliases ||
+            x->pin != y->pin || x->keep_alive_ms != y->keep_alive_ms)
+            return false;
+        for (size_t k = 0; k < x->n_extra_args; k++)
+            if (strcmp(x->extra_args[k], y->extra_args[k]))
+                return false;
+        for (size_t k = 0; k < x->n_aliases; k++)
+            if (strcmp(x->aliases[k], y->aliases[k]))
+                return false;
+    }
+    return true;
+}
+
+/* Keeps a replaced config and pipeline set until exit: pipeline runs in
+ * flight may still point into them. */
+static bool retire(struct serve *sv, struct config *cfg, struct pipeline_set *set) {
+    struct config **c = realloc(sv->retired, (sv->n_retired + 1) * sizeof *c);
+    if (c)
+        sv->retired = c;
+    struct pipeline_set **p = c ? realloc(sv->retired_sets, (sv->n_retired + 1) * sizeof *p) : NULL;
+    if (!p)
+        return false;
+    sv->retired_sets = p;
+    sv->retired[sv->n_retired] = cfg;
+    sv->retired_sets[sv->n_retired++] = set;
+    return true;
+}
+
+/* Applies next (a validated config with the same models) in place of the
+ * running one. Returns false, changing nothing, when its pipelines do not
+ * compile or memory runs out. */
+static bool apply_config(struct serve *sv, struct config *next) {
+    struct pipeline_set *set = NULL;
+    if (compile_pipelines(sv, next, &set) || !retire(sv, sv->cfg, sv->pipelines)) {
+        pipeline_set_free(set);
+        return false;
+    }
+    for (size_t i = 0; i < sv->n; i++)
+        sv->models[i].cm = &next->models[i];
+    sv->cfg = next;
+    sv->pipelines = set;
+    sv->default_model = default_model_index(sv);
+    struct api_params p = api_params(sv);
+    api_set_params(sv->api, &p);
+    struct http_server_params hp = server_params(next);
+    http_server_set_limits(sv->server, &hp);
+    return true;
+}
+
+static void on_hup(evutil_socket_t sig, short what, void *arg) {
+    (void)sig, (void)what;
+    struct serve *sv = arg;
+    notify("RELOADING=1");
+    char err[1024];
+    struct config *next = NULL;
+    if (config_load(sv->config_path, &next, err, sizeof err) != TANDEM_OK) {
+        fprintf(stderr, "tandem serve: SIGHUP: keeping the running config: %s\n", err);
+    } else if (!same_models(sv->cfg, next)) {
+        fprintf(stderr, "tandem serve: SIGHUP: the models changed; restart tandem to apply "
+                        "(nothing was changed)\n");
+        config_free(next);
+    } else if (!apply_config(sv, next)) {
+        fprintf(stderr, "tandem serve: SIGHUP: keeping the running config\n");
+        config_free(next);
+    } else {
+        fprintf(stderr, "tandem serve: SIGHUP: reloaded %s (API keys, limits, default model, "
+                        "logs.bodies, pipelines)\n", sv->config_path);
+    }
+    notify("READY=1");
+}
+
+/* /health turns 200 once every pinned model is resident (or has failed). */
+static void on_ready_poll(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    struct serve *sv = arg;
+    for (size_t i = 0; i < sv->n; i++) {
+        enum sched_state st = sched_model_state(sv->sched, i);
+        if (sv->cfg->models[i].pin && (st == SCHED_LOADING || st == SCHED_UNLOADED)) {
+            struct timeval tv = {0, READY_POLL_MS * 1000};
+            evtimer_add(sv->ready_ev, &tv);
+            return;
+        }
+    }
+    api_set_serving(sv->api, true, NULL);
+    bool v6 = strchr(sv->cfg->listen_host, ':') != NULL;
+    char url[400], ready[450];
+    snprintf(url, sizeof url, "http://%s%s%s:%u", v6 ? "[" : "", sv->cfg->listen_host,
+             v6 ? "]" : "", (unsigned)http_server_port(sv->server));
+    snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving on %s", url);
+    notify(ready);
+    fprintf(stderr, "tandem serve: serving on %s\n", url);
+}
+
+static int open_outputs(struct serve *sv) {
+    char err[1024];
+    const char *log_dir = sv->cfg->log_dir;
+    if (cache_mkdir_p(log_dir) != TANDEM_OK) {
+        fprintf(stderr, "tandem serve: cannot create logs.dir %s: %s\n", log_dir, strerror(errno));
+        return 1;
+    }
+    if (sv->cfg->audit_path &&
+        audit_open(sv->cfg->audit_path, sv->cfg->audit_max_bytes, sv->cfg->audit_keep,
+                   &sv->audit, err, sizeof err) != TANDEM_OK) {
+        fprintf(stderr, "tandem serve: %s\n", err);
+        return 1;
+    }
+    struct sched_params sp = {.engine = sv->engine, .log_dir = log_dir,
+                              .gpu_budget = sv->budget.gpu ? sv->budget.gpu_bytes : 0,
+                              .host_budget = sv->budget.host_bytes,
+                              .queue_depth = sv->cfg->queue_depth,
+                              .group_limit = sv->cfg->group_limit,
+                              .max_wait_ms = sv->cfg->starvation_ms,
+                              .stop_grace_ms = sv->cfg->stop_grace_ms, .metrics = sv->metrics};
+    sv->sched = sched_new(sv->base, &sp);
+    return sv->sched ? 0 : 1;
+}
+
+static int run(struct serve *sv, const struct sched_model_spec *specs) {
+    char err[512];
+    if (!(sv->base = event_base_new()) || !(sv->metrics = prom_new()) || open_outputs(sv))
+        return 1;
+    for (size_t i = 0; i < sv->n; i++) {
+        size_t idx;
+        if (sched_add_model(sv->sched, &specs[i], &idx) != TANDEM_OK)
+            return 1;
+    }
+    if (!(sv->engines = http_client_new(sv->base)))
+        return 1;
+    nvml_new(NULL, &sv->nvml, NULL, 0); /* no driver: no GPU gauges */
+    struct api_params ap = api_params(sv);
+    if (!(sv->api = api_new(&ap)))
+        return 1;
+    struct http_server_params hp = server_params(sv->cfg);
+    if (sv->listen_flag && units_parse_listen(sv->listen_flag, sv->cfg->listen_host,
+                                              sizeof sv->cfg->listen_host, &hp.port) != TANDEM_OK) {
+        fprintf(stderr, "tandem serve: --listen: expected ADDR:PORT, got '%s'\n", sv->listen_flag);
+        return 2;
+    }
+    if (http_server_new(sv->base, &hp, api_handle, sv->api, &sv->server, err, sizeof err) !=
+        TANDEM_OK) {
+        fprintf(stderr, "tandem serve: %s\n", err);
+        return 1;
+    }
+    sv->sig_term = evsignal_new(sv->base, SIGTERM, on_stop_signal, sv);
+    sv->sig_int = evsignal_new(sv->base, SIGINT, on_stop_signal, sv);
+    sv->sig_hup = evsignal_new(sv->base, SIGHUP, on_hup, sv);
+    sv->ready_ev = evtimer_new(sv->base, on_ready_poll, sv);
+    sv->grace_ev = evtimer_new(sv->base, on_grace, sv);
+    if (!sv->sig_term || !sv->sig_int || !sv->sig_hup || !sv->ready_ev || !sv->grace_ev)
+        return 1;
+    event_add(sv->sig_term, NULL);
+    event_add(sv->sig_int, NULL);
+    event_add(sv->sig_hup, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    sched_preload(sv->sched);
+    on_ready_poll(-1, 0, sv);
+    event_base_dispatch(sv->base);
+    return 0;
+}
+
+static void serve_free(struct serve *sv) {
+    http_server_free(sv->server);
+    api_free(sv->api);
+    http_client_free(sv->engines);
+    sched_free(sv->sched);
+    struct event *evs[] = {sv->sig_term, sv->sig_int, sv->sig_hup, sv->ready_ev, sv->grace_ev};
+    for (size_t i = 0; i < sizeof evs / sizeof *evs; i++)
+        if (evs[i])
+            event_free(evs[i]);
+    audit_free(sv->audit);
+    prom_free(sv->metrics);
+    nvml_free(sv->nvml);
+    if (sv->base)
+        event_base_free(sv->base);
+    for (size_t i = 0; sv->pm && i < sv->n; i++)
+        plan_model_free(sv->pm[i]);
+    free(sv->pm);
+    free(sv->models);
+    free(sv->pmodels);
+    free(sv->file_sha256);
+    pipeline_set_free(sv->pipelines);
+    config_free(sv->cfg);
+    for (size_t i = 0; i < sv->n_retired; i++) {
+        pipeline_set_free(sv->retired_sets[i]);
+        config_free(sv->retired[i]);
+    }
+    free(sv->retired);
+    free(sv->retired_sets);
+}
+
+static int parse_args(int argc, char **argv, struct serve *sv, bool *check) {
+    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                         {"listen", required_argument, NULL, 'l'},
+                                         {"check", no_argument, NULL, 'k'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {0}};
+    int c;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': sv->config_path = optarg; break;
+        case 'l': sv->listen_flag = optarg; break;
+        case 'k': *check = true; break;
+        case 'h': usage(stdout); return -1;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!sv->config_path || optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+int cmd_serve_main(int argc, char **argv, const char *llama_server) {
+    struct serve sv = {0};
+    bool check = false;
+    int rc = parse_args(argc, argv, &sv, &check);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    struct sched_model_spec *specs = NULL;
+    rc = prepare(&sv, llama_server, &specs);
+    if (!rc && check)
+        fprintf(stderr, "tandem serve: %s: configuration OK (%zu models)\n", sv.config_path, sv.n);
+    else if (!rc)
+        rc = hash_models(&sv) ? 1 : run(&sv, specs);
+    free(specs);
+    serve_free(&sv);
+    return rc;
+}

@@ -1,0 +1,298 @@
+/* engine.c: finding llama-server and establishing what it is.
+ *
+ * Identity comes from two independent sources: the binary's own `--version`
+ * output (build number and commit) and a scan of the file for the
+ * "/v1/systemone" route string. The first is authoritative when the build was
+ * stamped; the second covers binaries built without git history, which report
+ * a meaningless build number. Children are always started from an argv array
+ * with posix_spawn, never through a shell. The engine's other tools (llama-quantize)
+ * are taken from the same bin/ folder as the server, so both are one build. */
+#include "engine/engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/cache.h"
+#include "base/host.h"
+#include "base/mem.h"
+
+extern char **environ;
+
+#define VERSION_OUTPUT_MAX (64 * 1024)
+
+const char *engine_source_name(enum engine_source src) {
+    switch (src) {
+    case ENGINE_SOURCE_FLAG: return "--llama-server";
+    case ENGINE_SOURCE_ENV: return "TANDEM_LLAMA_SERVER";
+    case ENGINE_SOURCE_CACHE: return "cache";
+    }
+    return "?";
+}
+
+static bool is_executable_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+static tandem_err copy_path(char *out, size_t cap, const char *path) {
+    int n = snprintf(out, cap, "%s", path);
+    return n < 0 || (size_t)n >= cap ? TANDEM_ERR_TOOBIG : TANDEM_OK;
+}
+
+tandem_err engine_locate(const char *flag_path, int pinned_build, char *out, size_t cap,
+                         enum engine_source *src) {
+    const char *env = getenv("TANDEM_LLAMA_SERVER");
+    tandem_err e;
+    if (flag_path) {
+        *src = ENGINE_SOURCE_FLAG;
+        e = copy_path(out, cap, flag_path);
+    } else if (env && *env) {
+        *src = ENGINE_SOURCE_ENV;
+        e = copy_path(out, cap, env);
+    } else {
+        char sub[64];
+        snprintf(sub, sizeof sub, "engine/b%d/bin/llama-server", pinned_build);
+        *src = ENGINE_SOURCE_CACHE;
+        e = cache_path(out, cap, sub);
+    }
+    if (e != TANDEM_OK)
+        return e;
+    return is_executable_file(out) ? TANDEM_OK : TANDEM_ERR_NOTFOUND;
+}
+
+/* Copies the text up to the first char in stops (or end) into out[cap]. */
+static void copy_until(char *out, size_t cap, const char *s, const char *stops) {
+    size_t n = strcspn(s, stops);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(out, s, n);
+    out[n] = '\0';
+}
+
+static int64_t meaningful(long long build) {
+    return build >= ENGINE_MIN_MEANINGFUL_BUILD ? build : -1;
+}
+
+tandem_err engine_version_parse(const char *text, struct engine_version *out) {
+    const char *line = strstr(text, "version: ");
+    if (!line)
+        return TANDEM_ERR_FORMAT;
+    memset(out, 0, sizeof *out);
+    out->build = -1;
+    line += strlen("version: ");
+    copy_until(out->version, sizeof out->version, line, " (\n");
+
+    const char *paren = strchr(line, '(');
+    const char *eol = strchr(line, '\n');
+    if (!paren || (eol && paren > eol))
+        return TANDEM_OK; /* a version with no build details */
+    long long build;
+    int used = 0;
+    if (sscanf(paren, "(build %lld, commit %n", &build, &used) == 1 && used > 0) {
+        out->build = meaningful(build);
+        copy_until(out->commit, sizeof out->commit, paren + used, ")\n");
+    } else {
+        /* older form: "version: 4500 (abc1234)" */
+        char *end;
+        long long n = strtoll(out->version, &end, 10);
+        if (*out->version && *end == '\0')
+            out->build = meaningful(n);
+        copy_until(out->commit, sizeof out->commit, paren + 1, ")\n");
+    }
+    return TANDEM_OK;
+}
+
+/* Starts argv[0] with stdin from /dev/null and stdout+stderr into a pipe
+ * whose read end goes to *out_fd. */
+static tandem_err spawn_captured(char *const argv[], pid_t *pid, int *out_fd) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return TANDEM_ERR_SPAWN;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    int rc = posix_spawn(pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (rc != 0) {
+        close(fds[0]);
+        errno = rc;
+        return TANDEM_ERR_SPAWN;
+    }
+    *out_fd = fds[0];
+    return TANDEM_OK;
+}
+
+/* Reads fd to EOF into buf (excess beyond its max is drained and dropped),
+ * until deadline. Returns TANDEM_ERR_TIMEOUT if the deadline passes first. */
+static tandem_err drain(int fd, struct mem_buf *buf, long deadline) {
+    char chunk[4096];
+    for (;;) {
+        long left = deadline - host_now_ms();
+        if (left <= 0)
+            return TANDEM_ERR_TIMEOUT;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = poll(&p, 1, (int)left);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r == 0 ? TANDEM_ERR_TIMEOUT : TANDEM_ERR_IO;
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n == 0 ? TANDEM_OK : TANDEM_ERR_IO;
+        tandem_err e = mem_buf_append(buf, chunk, (size_t)n);
+        if (e == TANDEM_ERR_NOMEM)
+            return e;
+    }
+}
+
+tandem_err engine_version_query(const char *path, int timeout_ms, struct engine_version *out,
+                                char *err, size_t errlen) {
+    char *argv[] = {(char *)path, "--version", NULL};
+    pid_t pid;
+    int fd;
+    if (spawn_captured(argv, &pid, &fd) != TANDEM_OK) {
+        tandem_errmsg(err, errlen, "%s: cannot run: %s", path, strerror(errno));
+        return TANDEM_ERR_SPAWN;
+    }
+    struct mem_buf buf;
+    mem_buf_init(&buf, VERSION_OUTPUT_MAX);
+    tandem_err e = drain(fd, &buf, host_now_ms() + timeout_ms);
+    close(fd);
+    if (e != TANDEM_OK)
+        kill(pid, SIGKILL);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (e == TANDEM_ERR_TIMEOUT)
+        tandem_errmsg(err, errlen, "%s --version: no answer within %d ms", path, timeout_ms);
+    else if (e != TANDEM_OK)
+        tandem_errmsg(err, errlen, "%s --version: %s", path, tandem_strerror(e));
+    else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        e = TANDEM_ERR_CHILD;
+        if (WIFEXITED(status))
+            tandem_errmsg(err, errlen, "%s --version: exited with status %d", path,
+                          WEXITSTATUS(status));
+        else
+            tandem_errmsg(err, errlen, "%s --version: killed by signal %d", path,
+                          WTERMSIG(status));
+    } else if ((e = engine_version_parse(buf.data ? buf.data : "", out)) != TANDEM_OK)
+        tandem_errmsg(err, errlen, "%s --version: no \"version:\" line in its output", path);
+    mem_buf_deinit(&buf);
+    return e;
+}
+
+tandem_err engine_route_scan(const char *path, bool *found) {
+    static const char route[] = "/v1/systemone";
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return TANDEM_ERR_IO;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return TANDEM_ERR_IO;
+    }
+    *found = false;
+    if (st.st_size == 0) {
+        close(fd);
+        return TANDEM_OK;
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return TANDEM_ERR_IO;
+    *found = memmem(map, (size_t)st.st_size, route, sizeof route - 1) != NULL;
+    munmap(map, (size_t)st.st_size);
+    return TANDEM_OK;
+}
+
+enum engine_verdict engine_verdict_of(const struct engine_version *v, bool has_route) {
+    if (v->build >= 0)
+        return v->build >= ENGINE_MIN_DECISION_BUILD ? ENGINE_VERDICT_OK : ENGINE_VERDICT_TOO_OLD;
+    return has_route ? ENGINE_VERDICT_UNVERIFIED : ENGINE_VERDICT_NO_ROUTE;
+}
+
+tandem_err engine_identify(const char *flag_path, int pinned_build, struct engine_identity *out) {
+    memset(out, 0, sizeof *out);
+    out->located = engine_locate(flag_path, pinned_build, out->path, sizeof out->path, &out->source);
+    if (out->located != TANDEM_OK) {
+        tandem_errmsg(out->error, sizeof out->error, "%s: %s (from %s)", out->path,
+                      out->located == TANDEM_ERR_NOTFOUND ? "no executable llama-server here"
+                                                          : tandem_strerror(out->located),
+                      engine_source_name(out->source));
+        return out->located;
+    }
+    out->queried = engine_version_query(out->path, ENGINE_VERSION_TIMEOUT_MS, &out->version,
+                                        out->error, sizeof out->error);
+    if (out->queried != TANDEM_OK)
+        return out->queried;
+    if (engine_route_scan(out->path, &out->has_route) != TANDEM_OK)
+        out->has_route = false;
+    out->verdict = engine_verdict_of(&out->version, out->has_route);
+    switch (out->verdict) {
+    case ENGINE_VERDICT_OK:
+    case ENGINE_VERDICT_UNVERIFIED:
+        return TANDEM_OK;
+    case ENGINE_VERDICT_TOO_OLD:
+        tandem_errmsg(out->error, sizeof out->error,
+                      "%s is llama.cpp build %lld, older than b%d, the first that serves "
+                      "/v1/systemone; use build b%d or newer",
+                      out->path, (long long)out->version.build, ENGINE_MIN_DECISION_BUILD,
+                      ENGINE_MIN_DECISION_BUILD);
+        break;
+    case ENGINE_VERDICT_NO_ROUTE:
+        tandem_errmsg(out->error, sizeof out->error,
+                      "%s reports no build number and contains no /v1/systemone route; "
+                      "decision models need llama.cpp b%d or newer",
+                      out->path, ENGINE_MIN_DECISION_BUILD);
+        break;
+    }
+    return TANDEM_ERR_ENGINE;
+}
+
+tandem_err engine_locate_tool(const char *flag_path, int pinned_build, const char *name,
+                              char *out, size_t cap) {
+    enum engine_source src;
+    tandem_err e = engine_locate(flag_path, pinned_build, out, cap, &src);
+    if (e != TANDEM_OK && e != TANDEM_ERR_NOTFOUND)
+        return e;
+    char *slash = strrchr(out, '/');
+    size_t dir = slash ? (size_t)(slash - out) + 1 : 0;
+    int n = snprintf(out + dir, cap - dir, "%s", name);
+    if (n < 0 || (size_t)n >= cap - dir)
+        return TANDEM_ERR_TOOBIG;
+    return is_executable_file(out) ? TANDEM_OK : TANDEM_ERR_NOTFOUND;
+}
+
+tandem_err engine_run_tool(char *const argv[], int *exit_code, char *err, size_t errlen) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+        tandem_errmsg(err, errlen, "%s: cannot run: %s", argv[0], strerror(rc));
+        return TANDEM_ERR_SPAWN;
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return TANDEM_OK;
+}

@@ -1,0 +1,586 @@
+/* evalset.c: loading and validating JSONL evaluation datasets.
+ *
+ * Each line is parsed by jansson (duplicate keys refused) and then checked
+ * field by field against the /v1/systemone request contract and the gold
+ * rules of docs/eval-format.md, so that a bad dataset fails before any request
+ * is sent, with "file:line: field: reason". The state and questions are kept
+ * as jansson references and sent as written; only what scoring needs (option
+ * keys, gold index, target distribution) is extracted into plain arrays.
+ * Invariant: a case in a loaded set is fully valid, and every question's
+ * gold index (when has_gold) is < n_options. */
+#include "eval/evalset.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mem.h"
+
+/* How far a target distribution's sum may stray from 1. */
+#define TARGET_SUM_TOLERANCE 1e-6
+
+const char *evalset_type_name(enum evalset_type t) {
+    switch (t) {
+    case EVALSET_TYPE_CHOICE: return "choice";
+    case EVALSET_TYPE_SCORE: return "score";
+    case EVALSET_TYPE_NOUL: return "noul";
+    }
+    return "?";
+}
+
+/* Context of one line's validation: where, and the caller's message buffer. */
+struct ctx {
+    const char *file;
+    size_t line;
+    char *err;
+    size_t errlen;
+};
+
+__attribute__((format(printf, 2, 3))) static tandem_err fail(const struct ctx *x,
+                                                             const char *fmt, ...) {
+    if (x->err && x->errlen) {
+        int n = snprintf(x->err, x->errlen, "%s:%zu: ", x->file, x->line);
+        if (n >= 0 && (size_t)n < x->errlen) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(x->err + n, x->errlen - (size_t)n, fmt, ap);
+            va_end(ap);
+        }
+    }
+    return TANDEM_ERR_FORMAT;
+}
+
+static tandem_err nomem(const struct ctx *x) {
+    tandem_errmsg(x->err, x->errlen, "%s:%zu: out of memory", x->file, x->line);
+    return TANDEM_ERR_NOMEM;
+}
+
+static const char *json_kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+static bool is_text_like(const json_t *v) {
+    return json_is_string(v) || json_is_object(v) || json_is_array(v);
+}
+
+/* The options of a question, "a, b, c" (cut short with "..." for long lists). */
+static void option_list(const struct evalset_question *q, char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < q->n_options && used + 1 < cap; i++) {
+        int n = snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", q->options[i]);
+        if (n < 0 || (size_t)n >= cap - used) {
+            if (cap > 4)
+                memcpy(buf + cap - 4, "...", 4);
+            return;
+        }
+        used += (size_t)n;
+    }
+}
+
+static void question_deinit(struct evalset_question *q) {
+    if (q->options)
+        for (size_t i = 0; i < q->n_options; i++)
+            mem_free(q->options[i]);
+    mem_free(q->options);
+    mem_free(q->target);
+    mem_free(q->id);
+    *q = (struct evalset_question){0};
+}
+
+void evalset_case_deinit(struct evalset_case *c) {
+    if (!c)
+        return;
+    if (c->q)
+        for (size_t i = 0; i < c->n_questions; i++)
+            question_deinit(&c->q[i]);
+    mem_free(c->q);
+    mem_free(c->id);
+    json_decref(c->state);
+    json_decref(c->questions);
+    *c = (struct evalset_case){0};
+}
+
+static tandem_err set_options(const struct ctx *x, struct evalset_question *q, size_t n) {
+    q->options = mem_calloc(n, sizeof *q->options);
+    if (!q->options)
+        return nomem(x);
+    q->n_options = n;
+    return TANDEM_OK;
+}
+
+/* Checks questions.<qid> and fills q's id, type and options. */
+static tandem_err parse_question(const struct ctx *x, const char *qid, json_t *jq,
+                                 struct evalset_question *q) {
+    if (!*qid)
+        return fail(x, "questions: a question id must not be empty");
+    if (!json_is_object(jq))
+        return fail(x, "questions.%s: must be an object, not %s", qid, json_kind(jq));
+    const char *key;
+    json_t *v;
+    json_object_foreach(jq, key, v) {
+        if (strcmp(key, "type") && strcmp(key, "instructions") && strcmp(key, "criteria"))
+            return fail(x, "questions.%s: unknown field \"%s\" (expected type, instructions, "
+                           "criteria)", qid, key);
+    }
+    if (!(q->id = mem_strdup(qid)))
+        return nomem(x);
+    json_t *type = json_object_get(jq, "type");
+    const char *t = json_string_value(type);
+    if (!type)
+        return fail(x, "questions.%s: missing \"type\" (choice, score or noul)", qid);
+    if (!t || (strcmp(t, "choice") && strcmp(t, "score") && strcmp(t, "noul")))
+        return fail(x, "questions.%s.type: must be \"choice\", \"score\" or \"noul\"", qid);
+    json_t *ins = json_object_get(jq, "instructions");
+    if (!ins)
+        return fail(x, "questions.%s: missing \"instructions\"", qid);
+    if (!is_text_like(ins))
+        return fail(x, "questions.%s.instructions: must be a string, object or array, not %s",
+                    qid, json_kind(ins));
+    json_t *crit = json_object_get(jq, "criteria");
+    if (!strcmp(t, "choice")) {
+        q->type = EVALSET_TYPE_CHOICE;
+        size_t n = json_is_object(crit) ? json_object_size(crit) : 0;
+        if (!json_is_object(crit) || n < 2 || n > EVALSET_MAX_CHOICE_OPTIONS)
+            return fail(x, "questions.%s.criteria: a choice question needs an object of 2 to %d "
+                           "options (got %s%s)", qid, EVALSET_MAX_CHOICE_OPTIONS,
+                        crit ? json_kind(crit) : "nothing",
+                        json_is_object(crit) ? (n < 2 ? " with fewer than 2" : " with too many")
+                                             : "");
+        tandem_err e = set_options(x, q, n);
+        if (e)
+            return e;
+        size_t i = 0;
+        json_object_foreach(crit, key, v) {
+            if (!*key)
+                return fail(x, "questions.%s.criteria: an option name must not be empty", qid);
+            if (!is_text_like(v) && !json_is_null(v))
+                return fail(x, "questions.%s.criteria.%s: must be a string, object, array or "
+                               "null, not %s", qid, key, json_kind(v));
+            if (!(q->options[i++] = mem_strdup(key)))
+                return nomem(x);
+        }
+    } else if (!strcmp(t, "score")) {
+        q->type = EVALSET_TYPE_SCORE;
+        size_t n = json_is_array(crit) ? json_array_size(crit) : 0;
+        if (n < 2 || n > EVALSET_MAX_SCORE_LEVELS)
+            return fail(x, "questions.%s.criteria: a score question needs an array of 2 to %d "
+                           "levels, lowest first (got %s%s)", qid, EVALSET_MAX_SCORE_LEVELS,
+                        crit ? json_kind(crit) : "nothing",
+                        json_is_array(crit) ? (n < 2 ? " with fewer than 2" : " with too many")
+                                            : "");
+        tandem_err e = set_options(x, q, n);
+        if (e)
+            return e;
+        for (size_t i = 0; i < n; i++) {
+            char name[8];
+            if (!is_text_like(json_array_get(crit, i)))
+                return fail(x, "questions.%s.criteria[%zu]: a level must be a string, object or "
+                               "array, not %s", qid, i, json_kind(json_array_get(crit, i)));
+            snprintf(name, sizeof name, "%zu", i);
+            if (!(q->options[i] = mem_strdup(name)))
+                return nomem(x);
+        }
+    } else {
+        q->type = EVALSET_TYPE_NOUL;
+        if (crit && !json_is_null(crit)) {
+            if (!json_is_object(crit))
+                return fail(x, "questions.%s.criteria: a noul question takes null or an object "
+                               "{\"true\": ..., \"false\": ...}, not %s", qid, json_kind(crit));
+            json_object_foreach(crit, key, v) {
+                if (strcmp(key, "true") && strcmp(key, "false"))
+                    return fail(x, "questions.%s.criteria: unknown key \"%s\" (a noul question "
+                                   "takes only \"true\" and \"false\")", qid, key);
+                if (!is_text_like(v) && !json_is_null(v))
+                    return fail(x, "questions.%s.criteria.%s: must be a string, object, array "
+                                   "or null, not %s", qid, key, json_kind(v));
+            }
+        }
+        tandem_err e = set_options(x, q, 2);
+        if (e)
+            return e;
+        if (!(q->options[0] = mem_strdup("true")) || !(q->options[1] = mem_strdup("false")))
+            return nomem(x);
+    }
+    return TANDEM_OK;
+}
+
+/* Resolves a plain gold answer v of question q to an option index. */
+static tandem_err gold_index(const struct ctx *x, const struct evalset_question *q,
+                             const char *where, json_t *v, size_t *out) {
+    char opts[256];
+    switch (q->type) {
+    case EVALSET_TYPE_CHOICE:
+        if (!json_is_string(v))
+            return fail(x, "%s: a choice answer must be an option name (a string), not %s",
+                        where, json_kind(v));
+        for (size_t i = 0; i < q->n_options; i++)
+            if (!strcmp(q->options[i], json_string_value(v))) {
+                *out = i;
+                return TANDEM_OK;
+            }
+        option_list(q, opts, sizeof opts);
+        return fail(x, "%s: \"%s\" is not an option of question %s (%s)", where,
+                    json_string_value(v), q->id, opts);
+    case EVALSET_TYPE_NOUL:
+        if (!json_is_boolean(v))
+            return fail(x, "%s: a noul answer must be true or false, not %s", where,
+                        json_kind(v));
+        *out = json_is_true(v) ? 0 : 1;
+        return TANDEM_OK;
+    case EVALSET_TYPE_SCORE:
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) >= (json_int_t)q->n_options)
+            return fail(x, "%s: a score answer must be a level, an integer from 0 to %zu%s%s",
+                        where, q->n_options - 1, json_is_integer(v) ? "" : ", not ",
+                        json_is_integer(v) ? "" : json_kind(v));
+        *out = (size_t)json_integer_value(v);
+        return TANDEM_OK;
+    }
+    return TANDEM_ERR_INVAL;
+}
+
+/* Reads {"answer": A, "target": {key: p}} (either may be missing, not both). */
+static tandem_err parse_gold_object(const struct ctx *x, struct evalset_question *q,
+                                    const char *where, json_t *g) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(g, key, v) {
+        if (strcmp(key, "answer") && strcmp(key, "target"))
+            return fail(x, "%s: unknown field \"%s\" (expected answer, target)", where, key);
+    }
+    json_t *answer = json_object_get(g, "answer"), *target = json_object_get(g, "target");
+    if (!answer && !target)
+        return fail(x, "%s: a gold object needs \"answer\", \"target\" or both", where);
+    char sub[320];
+    if (target) {
+        snprintf(sub, sizeof sub, "%s.target", where);
+        if (!json_is_object(target) || json_object_size(target) == 0)
+            return fail(x, "%s: must be a non-empty object, option -> probability", sub);
+        if (!(q->target = mem_calloc(q->n_options, sizeof *q->target)))
+            return nomem(x);
+        double sum = 0;
+        json_object_foreach(target, key, v) {
+            size_t i = 0;
+            while (i < q->n_options && strcmp(q->options[i], key))
+                i++;
+            if (i == q->n_options) {
+                char opts[256];
+                option_list(q, opts, sizeof opts);
+                return fail(x, "%s: \"%s\" is not an answer key of question %s (%s)", sub, key,
+                            q->id, opts);
+            }
+            double p = json_number_value(v);
+            if (!json_is_number(v) || !isfinite(p) || p < 0 || p > 1)
+                return fail(x, "%s.%s: must be a probability from 0 to 1", sub, key);
+            q->target[i] = p;
+            sum += p;
+        }
+        if (fabs(sum - 1) > TARGET_SUM_TOLERANCE)
+            return fail(x, "%s: probabilities sum to %.9g, not 1", sub, sum);
+    }
+    if (answer) {
+        snprintf(sub, sizeof sub, "%s.answer", where);
+        return gold_index(x, q, sub, answer, &q->gold);
+    }
+    /* no answer: the target's most probable key, which must be unique */
+    size_t best = 0, ties = 0;
+    for (size_t i = 1; i < q->n_options; i++)
+        if (q->target[i] > q->target[best])
+            best = i;
+    for (size_t i = 0; i < q->n_options; i++)
+        ties += q->target[i] == q->target[best];
+    if (ties > 1)
+        return fail(x, "%s.target: the most probable answer is tied; give \"answer\" too", where);
+    q->gold = best;
+    return TANDEM_OK;
+}
+
+static tandem_err parse_gold(const struct ctx *x, struct evalset_case *c, json_t *gold) {
+    if (!json_is_object(gold))
+        return fail(x, "gold: must be an object, question id -> answer, not %s",
+                    json_kind(gold));
+    const char *qid;
+    json_t *g;
+    json_object_foreach(gold, qid, g) {
+        struct evalset_question *q = NULL;
+        for (size_t i = 0; i < c->n_questions && !q; i++)
+            if (!strcmp(c->q[i].id, qid))
+                q = &c->q[i];
+        if (!q)
+            return fail(x, "gold.%s: no question \"%s\" in questions", qid, qid);
+        char where[300];
+        snprintf(where, sizeof where, "gold.%s", qid);
+        tandem_err e = json_is_object(g) ? parse_gold_object(x, q, where, g)
+                                         : gold_index(x, q, where, g, &q->gold);
+        if (e)
+            return e;
+        q->has_gold = true;
+    }
+    return TANDEM_OK;
+}
+
+static tandem_err parse_case(const struct ctx *x, json_t *doc, struct evalset_case *c) {
+    if (!json_is_object(doc))
+        return fail(x, "a case must be a JSON object, not %s", json_kind(doc));
+    const char *key;
+    json_t *v;
+    json_object_foreach(doc, key, v) {
+        if (strcmp(key, "id") && strcmp(key, "state") && strcmp(key, "questions") &&
+            strcmp(key, "gold") && strcmp(key, "meta"))
+            return fail(x, "unknown field \"%s\" (expected id, state, questions, gold, meta)",
+                        key);
+    }
+    json_t *id = json_object_get(doc, "id");
+    if (!id)
+        return fail(x, "missing \"id\"");
+    if (!json_is_string(id) || !*json_string_value(id))
+        return fail(x, "id: must be a non-empty string, not %s",
+                    json_is_string(id) ? "an empty one" : json_kind(id));
+    if (!(c->id = mem_strdup(json_string_value(id))))
+        return nomem(x);
+    json_t *state = json_object_get(doc, "state");
+    if (!state)
+        return fail(x, "missing \"state\"");
+    if (!is_text_like(state))
+        return fail(x, "state: must be a string, object or array, not %s", json_kind(state));
+    json_t *qs = json_object_get(doc, "questions");
+    if (!qs)
+        return fail(x, "missing \"questions\"");
+    if (!json_is_object(qs) || json_object_size(qs) == 0)
+        return fail(x, "questions: must be a non-empty object, id -> question, not %s",
+                    json_is_object(qs) ? "an empty one" : json_kind(qs));
+    size_t n = json_object_size(qs);
+    if (n > EVALSET_MAX_QUESTIONS)
+        return fail(x, "questions: %zu questions, more than the limit of %u", n,
+                    EVALSET_MAX_QUESTIONS);
+    if (!(c->q = mem_calloc(n, sizeof *c->q)))
+        return nomem(x);
+    c->n_questions = n;
+    size_t i = 0;
+    json_object_foreach(qs, key, v) {
+        tandem_err e = parse_question(x, key, v, &c->q[i++]);
+        if (e)
+            return e;
+    }
+    json_t *gold = json_object_get(doc, "gold");
+    if (gold) {
+        tandem_err e = parse_gold(x, c, gold);
+        if (e)
+            return e;
+    }
+    c->state = json_incref(state);
+    c->questions = json_incref(qs);
+    c->line = x->line;
+    return TANDEM_OK;
+}
+
+tandem_err evalset_parse_line(const char *file, size_t line, const char *text, size_t len,
+                              struct evalset_case *out, char *err, size_t errlen) {
+    struct ctx x = {file, line, err, errlen};
+    *out = (struct evalset_case){0};
+    json_error_t je;
+    json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!doc)
+        return fail(&x, "invalid JSON at column %d: %s", je.column, je.text);
+    tandem_err e = parse_case(&x, doc, out);
+    json_decref(doc);
+    if (e)
+        evalset_case_deinit(out);
+    return e;
+}
+
+void evalset_free(struct evalset *s) {
+    if (!s)
+        return;
+    if (s->cases)
+        for (size_t i = 0; i < s->n_cases; i++)
+            evalset_case_deinit(&s->cases[i]);
+    mem_free(s->cases);
+    mem_free(s->path);
+    mem_free(s);
+}
+
+/* Collects the per-line messages of one load. */
+struct report {
+    struct mem_buf msgs;
+    size_t n_bad;
+};
+
+static void report_add(struct report *r, const char *msg) {
+    if (r->n_bad++ >= EVALSET_MAX_REPORTED_ERRORS)
+        return;
+    if (r->msgs.len)
+        mem_buf_append(&r->msgs, "\n", 1);
+    mem_buf_append(&r->msgs, msg, strlen(msg));
+}
+
+/* Reads one line (without its newline) into line; *eof set at end of file. */
+static tandem_err read_line(FILE *f, struct mem_buf *line, bool *eof, bool *too_long) {
+    char chunk[8192];
+    line->len = 0;
+    if (line->data)
+        line->data[0] = '\0';
+    *eof = false;
+    *too_long = false;
+    for (;;) {
+        if (!fgets(chunk, sizeof chunk, f)) {
+            if (ferror(f))
+                return TANDEM_ERR_IO;
+            *eof = line->len == 0 && !*too_long;
+            return TANDEM_OK;
+        }
+        size_t n = strlen(chunk);
+        bool nl = n && chunk[n - 1] == '\n';
+        if (nl)
+            n--;
+        if (!*too_long) {
+            tandem_err e = mem_buf_append(line, chunk, n);
+            if (e == TANDEM_ERR_TOOBIG)
+                *too_long = true;
+            else if (e)
+                return e;
+        }
+        if (nl)
+            return TANDEM_OK;
+    }
+}
+
+static bool blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
+            return false;
+    return true;
+}
+
+struct id_ref {
+    const char *id;
+    size_t line;
+};
+
+static int id_ref_cmp(const void *a, const void *b) {
+    const struct id_ref *x = a, *y = b;
+    int c = strcmp(x->id, y->id);
+    return c ? c : (x->line > y->line) - (x->line < y->line);
+}
+
+/* Reports every case whose id was used on an earlier line. */
+static tandem_err check_unique_ids(const struct evalset *s, struct report *r) {
+    if (s->n_cases < 2)
+        return TANDEM_OK;
+    struct id_ref *refs = mem_alloc_array(s->n_cases, sizeof *refs);
+    if (!refs)
+        return TANDEM_ERR_NOMEM;
+    for (size_t i = 0; i < s->n_cases; i++)
+        refs[i] = (struct id_ref){s->cases[i].id, s->cases[i].line};
+    qsort(refs, s->n_cases, sizeof *refs, id_ref_cmp);
+    size_t first = 0;
+    for (size_t i = 1; i < s->n_cases; i++) {
+        if (strcmp(refs[i].id, refs[first].id)) {
+            first = i;
+            continue;
+        }
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s:%zu: id: \"%s\" is already the id of line %zu", s->path,
+                 refs[i].line, refs[i].id, refs[first].line);
+        report_add(r, msg);
+    }
+    mem_free(refs);
+    return TANDEM_OK;
+}
+
+tandem_err evalset_load(const char *path, struct evalset **out, char *err, size_t errlen) {
+    *out = NULL;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        tandem_errmsg(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return TANDEM_ERR_IO;
+    }
+    struct evalset *s = mem_calloc(1, sizeof *s);
+    struct report r = {0};
+    mem_buf_init(&r.msgs, 64 * 1024);
+    struct mem_buf line;
+    mem_buf_init(&line, EVALSET_MAX_LINE);
+    size_t cap = 0, lineno = 0;
+    tandem_err e = s && (s->path = mem_strdup(path)) ? TANDEM_OK : TANDEM_ERR_NOMEM;
+    while (!e && r.n_bad < EVALSET_MAX_REPORTED_ERRORS) {
+        bool eof, too_long;
+        if ((e = read_line(f, &line, &eof, &too_long)) || eof)
+            break;
+        lineno++;
+        char msg[1024];
+        if (too_long) {
+            snprintf(msg, sizeof msg, "%s:%zu: line longer than %u bytes", path, lineno,
+                     EVALSET_MAX_LINE);
+            report_add(&r, msg);
+            continue;
+        }
+        if (blank(line.data ? line.data : "", line.len))
+            continue;
+        if (s->n_cases >= EVALSET_MAX_CASES) {
+            tandem_errmsg(err, errlen, "%s:%zu: more than %u cases", path, lineno,
+                          EVALSET_MAX_CASES);
+            e = TANDEM_ERR_TOOBIG;
+            break;
+        }
+        if ((e = mem_array_grow((void **)&s->cases, &cap, s->n_cases + 1, sizeof *s->cases,
+                                SIZE_MAX)))
+            break;
+        struct evalset_case *c = &s->cases[s->n_cases];
+        e = evalset_parse_line(path, lineno, line.data, line.len, c, msg, sizeof msg);
+        if (e == TANDEM_ERR_FORMAT) {
+            report_add(&r, msg);
+            e = TANDEM_OK;
+            continue;
+        }
+        if (e)
+            break;
+        s->n_cases++;
+        s->n_questions += c->n_questions;
+        for (size_t i = 0; i < c->n_questions; i++)
+            s->n_gold += c->q[i].has_gold;
+    }
+    fclose(f);
+    if (!e && r.n_bad == 0 && s->n_cases == 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s: no cases (the file is empty or only blank lines)", path);
+        report_add(&r, msg);
+    }
+    if (!e && r.n_bad < EVALSET_MAX_REPORTED_ERRORS)
+        e = check_unique_ids(s, &r);
+    if (!e && r.n_bad) {
+        if (r.n_bad >= EVALSET_MAX_REPORTED_ERRORS) {
+            char more[96];
+            int n = snprintf(more, sizeof more, "\n%s: stopped after %d bad lines", path,
+                             EVALSET_MAX_REPORTED_ERRORS);
+            mem_buf_append(&r.msgs, more, n > 0 ? strlen(more) : 0);
+        }
+        tandem_errmsg(err, errlen, "%s", r.msgs.data ? r.msgs.data : "");
+        e = TANDEM_ERR_FORMAT;
+    } else if (e == TANDEM_ERR_NOMEM) {
+        tandem_errmsg(err, errlen, "%s: out of memory", path);
+    } else if (e == TANDEM_ERR_IO) {
+        tandem_errmsg(err, errlen, "%s:%zu: read error", path, lineno);
+    }
+    mem_buf_deinit(&line);
+    mem_buf_deinit(&r.msgs);
+    if (e) {
+        evalset_free(s);
+        return e;
+    }
+    *out = s;
+    return TANDEM_OK;
+}

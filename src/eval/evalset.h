@@ -1,0 +1,86 @@
+/* evalset.h: evaluation datasets, one decision case per JSONL line.
+ *
+ * The format is documented in docs/eval-format.md. A case carries the state
+ * and questions of one POST /v1/systemone request plus optional gold answers;
+ * loading validates every line and reports problems as "file:line: reason"
+ * naming the field. The loaded set is plain data: public structs, released
+ * as a whole by evalset_free(). */
+#ifndef TANDEM_EVALSET_H
+#define TANDEM_EVALSET_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/err.h"
+
+/* Hard limits of the loader; inputs beyond them are refused with a message. */
+#define EVALSET_MAX_LINE (4u << 20)    /* bytes in one line */
+#define EVALSET_MAX_CASES 1000000u     /* cases in one file */
+#define EVALSET_MAX_QUESTIONS 256u     /* questions in one case */
+#define EVALSET_MAX_CHOICE_OPTIONS 255 /* the API's limit for choice questions */
+#define EVALSET_MAX_SCORE_LEVELS 10    /* the API's limit for score questions */
+#define EVALSET_MAX_REPORTED_ERRORS 20 /* bad lines listed before the loader stops */
+
+enum evalset_type {
+    EVALSET_TYPE_CHOICE,
+    EVALSET_TYPE_SCORE,
+    EVALSET_TYPE_NOUL,
+};
+#define EVALSET_TYPE_COUNT 3
+
+/* Returns the static API name of t: "choice", "score" or "noul". */
+const char *evalset_type_name(enum evalset_type t);
+
+struct evalset_question {
+    char *id;               /* the question id, as in the request */
+    enum evalset_type type;
+    size_t n_options;       /* choice: options; score: levels; noul: 2 */
+    char **options;         /* answer keys in order: choice option names, score
+                               levels "0".."n-1", noul {"true", "false"} */
+    bool has_gold;          /* false: sent and compared by drift, not scored by eval */
+    size_t gold;            /* index into options (noul: 0 = true, 1 = false) */
+    double *target;         /* n_options target probabilities, or NULL (one-hot gold) */
+};
+
+struct evalset_case {
+    char *id;               /* unique within the file */
+    size_t line;            /* 1-based line number in the file */
+    json_t *state;          /* owned reference: the request's "state" */
+    json_t *questions;      /* owned reference: the request's "questions", as written */
+    size_t n_questions;
+    struct evalset_question *q; /* in the order of "questions" */
+};
+
+struct evalset {
+    char *path;             /* as given to evalset_load() */
+    size_t n_cases;
+    struct evalset_case *cases;
+    size_t n_questions;     /* over all cases */
+    size_t n_gold;          /* questions with a gold answer */
+};
+
+/* Parses and validates one line text[0..len) (no terminator needed) of the
+ * file named file (used only in messages) at 1-based number line into *out,
+ * which the caller then owns and releases with evalset_case_deinit().
+ * On failure *out is left empty, err[errlen] (optional) holds
+ * "file:line: reason", and TANDEM_ERR_FORMAT (or TANDEM_ERR_NOMEM) is returned. */
+tandem_err evalset_parse_line(const char *file, size_t line, const char *text, size_t len,
+                              struct evalset_case *out, char *err, size_t errlen);
+
+/* Releases what *c owns and empties it. NULL and empty cases are no-ops. */
+void evalset_case_deinit(struct evalset_case *c);
+
+/* Loads the JSONL file at path into a new set (*out, caller owns; release with
+ * evalset_free()). Blank lines are skipped. Every line is validated, ids must
+ * be unique, and at least one case is required. On failure nothing is
+ * returned and err[errlen] (optional) lists one "file:line: reason" per bad
+ * line, newline-separated, up to EVALSET_MAX_REPORTED_ERRORS of them.
+ * Returns TANDEM_ERR_IO (cannot read), TANDEM_ERR_FORMAT, TANDEM_ERR_TOOBIG
+ * (a limit above) or TANDEM_ERR_NOMEM. */
+tandem_err evalset_load(const char *path, struct evalset **out, char *err, size_t errlen);
+
+/* Releases the set and everything in it. evalset_free(NULL) is a no-op. */
+void evalset_free(struct evalset *s);
+
+#endif

@@ -1,0 +1,332 @@
+/* report.c: HTML evaluation reports with inline SVG charts.
+ *
+ * Works only from the summary object (cmd_eval.c), so the report shows the
+ * same numbers as `--json` and the table. Charts are drawn with svg.c into
+ * their own documents and inlined; the page has inline CSS and nothing else,
+ * so the file can be mailed or archived and still render. Every string that
+ * comes from the dataset or the endpoint is escaped (svg_escape). */
+#include "eval/report.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/mem.h"
+#include "eval/svg.h"
+
+/* chart geometry, in pixels */
+#define CHART_W 420.0
+#define CHART_H 380.0
+#define PAD_L 56.0
+#define PAD_R 16.0
+#define PAD_T 28.0
+#define PAD_B 50.0
+#define PLOT_W (CHART_W - PAD_L - PAD_R)
+#define PLOT_H (CHART_H - PAD_T - PAD_B)
+
+static double X(double v) { return PAD_L + v * PLOT_W; }
+static double Y(double v) { return PAD_T + (1 - v) * PLOT_H; }
+
+static double num(const json_t *o, const char *key) {
+    const json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static tandem_err check_bins(const json_t *bins) {
+    if (!json_is_array(bins) || json_array_size(bins) == 0)
+        return TANDEM_ERR_FORMAT;
+    return TANDEM_OK;
+}
+
+/* Axes, ticks every 0.2 on x and on y (y labelled by ylabel at the given scale). */
+static void axes(struct svg *s, const char *xlabel, const char *ylabel, double ymax) {
+    char t[64];
+    svg_rect(s, PAD_L, PAD_T, PLOT_W, PLOT_H, "#fafafa", NULL);
+    for (int i = 0; i <= 5; i++) {
+        double v = i / 5.0;
+        svg_line(s, X(v), PAD_T, X(v), PAD_T + PLOT_H, "#e0e0e0", 1, 0);
+        svg_line(s, PAD_L, Y(v), PAD_L + PLOT_W, Y(v), "#e0e0e0", 1, 0);
+        snprintf(t, sizeof t, "%.1f", v);
+        svg_text(s, X(v), PAD_T + PLOT_H + 16, "middle", 11, 0, t);
+        if (ymax == 1)
+            snprintf(t, sizeof t, "%.1f", v);
+        else
+            snprintf(t, sizeof t, "%.0f", v * ymax);
+        svg_text(s, PAD_L - 6, Y(v) + 4, "end", 11, 0, t);
+    }
+    svg_line(s, PAD_L, PAD_T + PLOT_H, PAD_L + PLOT_W, PAD_T + PLOT_H, "#333333", 1.5, 0);
+    svg_line(s, PAD_L, PAD_T, PAD_L, PAD_T + PLOT_H, "#333333", 1.5, 0);
+    svg_text(s, PAD_L + PLOT_W / 2, CHART_H - 12, "middle", 13, 0, xlabel);
+    svg_text(s, 16, PAD_T + PLOT_H / 2, "middle", 13, -90, ylabel);
+}
+
+tandem_err report_reliability_svg(const json_t *bins, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    if (check_bins(bins))
+        return TANDEM_ERR_FORMAT;
+    struct svg *s;
+    tandem_err e = svg_new(CHART_W, CHART_H, "Reliability diagram", &s);
+    if (e)
+        return e;
+    axes(s, "top-answer confidence", "accuracy", 1);
+    svg_text(s, PAD_L + PLOT_W / 2, 18, "middle", 14, 0,
+             "Reliability diagram (answers per bin above the bars)");
+    svg_line(s, X(0), Y(0), X(1), Y(1), "#888888", 1.2, 1);
+    size_t i;
+    const json_t *b;
+    json_array_foreach(bins, i, b) {
+        double lo = num(b, "lo"), hi = num(b, "hi"), n = num(b, "n");
+        double acc = num(b, "accuracy"), conf = num(b, "confidence");
+        if (!(n > 0) || !isfinite(acc) || !isfinite(conf))
+            continue;
+        char tip[160], label[32];
+        snprintf(tip, sizeof tip, "confidence %.2f-%.2f: %.0f answers, accuracy %.3f, mean "
+                                  "confidence %.3f", lo, hi, n, acc, conf);
+        double x = X(lo) + 1, w = (hi - lo) * PLOT_W - 2;
+        svg_rect(s, x, Y(acc), w, Y(0) - Y(acc), "#6fa8dc", tip);
+        /* the gap to perfect calibration, drawn at the bin's mean confidence */
+        svg_circle(s, X(conf), Y(acc), 3.5, "#cc0000", tip);
+        snprintf(label, sizeof label, "%.0f", n);
+        svg_text(s, x + w / 2, Y(acc) - 4, "middle", 10, 0, label);
+    }
+    return svg_finish(s, out, len);
+}
+
+tandem_err report_histogram_svg(const json_t *bins, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    if (check_bins(bins))
+        return TANDEM_ERR_FORMAT;
+    double max = 0;
+    size_t i;
+    const json_t *b;
+    json_array_foreach(bins, i, b) {
+        double n = num(b, "n");
+        max = n > max ? n : max;
+    }
+    double ymax = max > 0 ? ceil(max / 5) * 5 : 5;
+    struct svg *s;
+    tandem_err e = svg_new(CHART_W, CHART_H, "Confidence histogram", &s);
+    if (e)
+        return e;
+    axes(s, "top-answer confidence", "answers", ymax);
+    svg_text(s, PAD_L + PLOT_W / 2, 18, "middle", 14, 0, "Confidence histogram");
+    json_array_foreach(bins, i, b) {
+        double lo = num(b, "lo"), hi = num(b, "hi"), n = num(b, "n");
+        if (!(n > 0))
+            continue;
+        char tip[96], label[32];
+        snprintf(tip, sizeof tip, "confidence %.2f-%.2f: %.0f answers", lo, hi, n);
+        double x = X(lo) + 1, w = (hi - lo) * PLOT_W - 2, y = Y(n / ymax);
+        svg_rect(s, x, y, w, Y(0) - y, "#93c47d", tip);
+        snprintf(label, sizeof label, "%.0f", n);
+        svg_text(s, x + w / 2, y - 4, "middle", 10, 0, label);
+    }
+    return svg_finish(s, out, len);
+}
+
+/* --- the page ----------------------------------------------------------------- */
+
+struct page {
+    struct mem_buf buf;
+    tandem_err err;
+};
+
+static void put(struct page *p, const char *s) {
+    if (!p->err)
+        p->err = mem_buf_append(&p->buf, s, strlen(s));
+}
+
+static void put_esc(struct page *p, const char *s) {
+    if (!p->err)
+        p->err = svg_escape(&p->buf, s ? s : "", s ? strlen(s) : 0);
+}
+
+__attribute__((format(printf, 2, 3))) static void putf(struct page *p, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof tmp) {
+        if (!p->err)
+            p->err = TANDEM_ERR_TOOBIG;
+        return;
+    }
+    put(p, tmp);
+}
+
+/* A table cell with a number at 3 decimals, or "-" when absent. */
+static void num_cell(struct page *p, const json_t *o, const char *key) {
+    double v = num(o, key);
+    if (isfinite(v))
+        putf(p, "<td>%.3f</td>", v);
+    else
+        put(p, "<td>-</td>");
+}
+
+/* Any JSON scalar as cell text (strings escaped). */
+static void value_cell(struct page *p, const json_t *v) {
+    put(p, "<td>");
+    if (json_is_string(v))
+        put_esc(p, json_string_value(v));
+    else if (json_is_integer(v))
+        putf(p, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v))
+        putf(p, "%.3f", json_real_value(v));
+    else if (json_is_true(v))
+        put(p, "true");
+    else if (json_is_false(v))
+        put(p, "false");
+    else
+        put(p, "-");
+    put(p, "</td>");
+}
+
+static void inline_svg(struct page *p, tandem_err (*draw)(const json_t *, char **, size_t *),
+                       const json_t *bins) {
+    char *svg;
+    size_t n;
+    tandem_err e = draw(bins, &svg, &n);
+    if (e) {
+        if (!p->err)
+            p->err = e;
+        return;
+    }
+    put(p, "<figure>");
+    put(p, svg);
+    put(p, "</figure>");
+    mem_free(svg);
+}
+
+static const char *const groups[] = {"overall", "choice", "score", "noul"};
+
+tandem_err report_eval_html(const json_t *s, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    const json_t *bins = json_object_get(s, "reliability");
+    if (check_bins(bins))
+        return TANDEM_ERR_FORMAT;
+    struct page p = {0};
+    mem_buf_init(&p.buf, REPORT_MAX_BYTES);
+    put(&p, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<title>tandem eval: ");
+    put_esc(&p, json_string_value(json_object_get(s, "data")));
+    put(&p, "</title><style>"
+            "body{font-family:sans-serif;margin:24px;color:#222;max-width:1000px}"
+            "table{border-collapse:collapse;margin:8px 0 20px}"
+            "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+            "th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}"
+            "figure{display:inline-block;margin:0 16px 16px 0}.facts td{text-align:left}"
+            ".bad{color:#b00}.ok{color:#070}"
+            "</style></head><body>\n<h1>tandem eval</h1>\n<table class=\"facts\">");
+    static const char *const facts[][2] = {
+        {"data", "dataset"}, {"endpoint", "endpoint"}, {"model", "model"},
+        {"cases", "cases"},  {"questions", "questions"}, {"scored_questions", "scored"},
+        {"repeat", "repeat"}, {"seconds", "seconds"},
+    };
+    for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++) {
+        putf(&p, "<tr><th>%s</th>", facts[i][1]);
+        value_cell(&p, json_object_get(s, facts[i][0]));
+        put(&p, "</tr>");
+    }
+    put(&p, "</table>\n<h2>Metrics</h2>\n<table><tr><th>type</th><th>n</th><th>accuracy</th>"
+            "<th>Brier</th><th>ECE</th><th>low-confidence rate</th><th>mean confidence</th>"
+            "<th>MAE</th></tr>");
+    const json_t *m = json_object_get(s, "metrics");
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+        const json_t *row = json_object_get(m, groups[g]);
+        if (!row)
+            continue;
+        putf(&p, "<tr><td>%s</td><td>%lld</td>", groups[g],
+             (long long)json_integer_value(json_object_get(row, "n")));
+        num_cell(&p, row, "accuracy");
+        num_cell(&p, row, "brier");
+        num_cell(&p, row, "ece");
+        num_cell(&p, row, "low_confidence_rate");
+        num_cell(&p, row, "mean_confidence");
+        num_cell(&p, row, "mae");
+        put(&p, "</tr>");
+    }
+    putf(&p, "</table><p>Low confidence: top-answer probability below %.2f. Confidence is the "
+             "probability of the top answer; 15 equal-width bins.</p>\n",
+         num(s, "low_confidence_threshold"));
+    put(&p, "<h2>Calibration</h2>\n");
+    inline_svg(&p, report_reliability_svg, bins);
+    inline_svg(&p, report_histogram_svg, bins);
+
+    const json_t *st = json_object_get(s, "stability");
+    const char *verdict = json_string_value(json_object_get(st, "verdict"));
+    put(&p, "\n<h2>Stability</h2>\n<p>Verdict: <b class=\"");
+    put(&p, verdict && !strcmp(verdict, "deterministic") ? "ok" : "bad");
+    put(&p, "\">");
+    put_esc(&p, verdict);
+    if (json_integer_value(json_object_get(st, "repeat")) < 2)
+        put(&p, "</b> (each case was sent once; run with --repeat N).</p>");
+    else
+        putf(&p, "</b> over %lld repeats; %lld of %lld questions identical; max |&#916;p| %.6g; "
+                 "%lld questions with top-answer flips.</p>",
+             (long long)json_integer_value(json_object_get(st, "repeat")),
+             (long long)json_integer_value(json_object_get(st, "questions_identical")),
+             (long long)json_integer_value(json_object_get(st, "questions_measured")),
+             num(st, "max_dp"),
+             (long long)json_integer_value(json_object_get(st, "questions_with_flips")));
+    size_t i;
+    const json_t *v;
+    const json_t *unstable = json_object_get(st, "unstable");
+    if (json_array_size(unstable)) {
+        put(&p, "<table><tr><th>case</th><th>question</th><th>max |&#916;p|</th><th>flips</th>"
+                "</tr>");
+        json_array_foreach(unstable, i, v) {
+            put(&p, "<tr>");
+            value_cell(&p, json_object_get(v, "case"));
+            value_cell(&p, json_object_get(v, "question"));
+            num_cell(&p, v, "max_dp");
+            value_cell(&p, json_object_get(v, "flips"));
+            put(&p, "</tr>");
+        }
+        put(&p, "</table>");
+    }
+    const json_t *errors = json_object_get(s, "errors");
+    putf(&p, "\n<h2>Errors</h2>\n<p>%zu failed requests.</p>", json_array_size(errors));
+    if (json_array_size(errors)) {
+        put(&p, "<table><tr><th>case</th><th>line</th><th>repeat</th><th>HTTP</th><th>error</th>"
+                "</tr>");
+        json_array_foreach(errors, i, v) {
+            put(&p, "<tr>");
+            value_cell(&p, json_object_get(v, "case"));
+            value_cell(&p, json_object_get(v, "line"));
+            value_cell(&p, json_object_get(v, "repeat"));
+            value_cell(&p, json_object_get(v, "http_status"));
+            value_cell(&p, json_object_get(v, "error"));
+            put(&p, "</tr>");
+        }
+        put(&p, "</table>");
+    }
+    put(&p, "\n<h2>Questions</h2>\n<table><tr><th>case</th><th>question</th><th>type</th>"
+            "<th>gold</th><th>answer</th><th>p</th><th>correct</th><th>Brier</th></tr>");
+    json_array_foreach(json_object_get(s, "results"), i, v) {
+        put(&p, "<tr>");
+        value_cell(&p, json_object_get(v, "case"));
+        value_cell(&p, json_object_get(v, "question"));
+        value_cell(&p, json_object_get(v, "type"));
+        value_cell(&p, json_object_get(v, "gold"));
+        value_cell(&p, json_object_get(v, "answer"));
+        num_cell(&p, v, "p");
+        value_cell(&p, json_object_get(v, "correct"));
+        num_cell(&p, v, "brier");
+        put(&p, "</tr>");
+    }
+    put(&p, "</table>\n<p>Generated by tandem eval; formulas in docs/eval.md.</p>\n"
+            "</body></html>\n");
+    if (p.err) {
+        tandem_err e = p.err;
+        mem_buf_deinit(&p.buf);
+        return e;
+    }
+    *out = p.buf.data;
+    *len = p.buf.len;
+    return TANDEM_OK;
+}

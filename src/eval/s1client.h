@@ -1,0 +1,61 @@
+/* s1client.h: a client of POST /v1/systemone (or another JSON route, such as
+ * /v1/pipelines/NAME) on any endpoint.
+ *
+ * The only module that knows libcurl. One handle holds one connection (kept
+ * alive between requests) and must be used by one thread at a time; run K
+ * handles for K requests in flight. tandem's evaluation talks to tandem, a
+ * bare llama-server or a hosted API through this same contract
+ * (shared/reference/systemone-api.md). */
+#ifndef TANDEM_S1CLIENT_H
+#define TANDEM_S1CLIENT_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "base/err.h"
+
+/* The most response bytes one request may return. */
+#define S1CLIENT_MAX_RESPONSE (16u << 20)
+
+struct s1client;
+
+struct s1client_params {
+    const char *endpoint; /* base URL, "http://host:port" (a trailing "/v1/systemone" or "/"
+                             is accepted); copied */
+    const char *api_key;  /* sent as "Authorization: Bearer KEY"; NULL = no header; copied */
+    long timeout_ms;      /* whole-request limit in milliseconds; 0 = 60000 */
+    const char *path;     /* the route to POST to; NULL = "/v1/systemone"; copied */
+    const char *const *headers; /* more "Name: value" request headers, NULL-terminated;
+                                 * NULL = none; copied */
+};
+
+/* Returns the defaults: no endpoint, no key, 60 s timeout. */
+struct s1client_params s1client_default_params(void);
+
+/* Creates a client for params->endpoint into *out (caller owns; release with
+ * s1client_free()). Initialises libcurl once per process, thread-safely.
+ * Returns TANDEM_ERR_INVAL when the endpoint is not an http:// or https:// URL,
+ * TANDEM_ERR_NOMEM, or TANDEM_ERR_HTTP when libcurl cannot start; err[errlen]
+ * (optional) says why. */
+tandem_err s1client_new(const struct s1client_params *params, struct s1client **out, char *err,
+                        size_t errlen);
+
+/* Releases the client and its connection. s1client_free(NULL) is a no-op. */
+void s1client_free(struct s1client *c);
+
+/* Returns the full request URL ("<endpoint><path>"), valid until
+ * s1client_free(). */
+const char *s1client_url(const struct s1client *c);
+
+/* POSTs the JSON text body[0..len) and waits for the answer. On a completed
+ * exchange returns TANDEM_OK with *status the HTTP status and *response the
+ * parsed body (caller owns: json_decref()), or NULL when the body is not JSON,
+ * in which case err[errlen] (optional) quotes the start of the body. Returns
+ * TANDEM_ERR_TIMEOUT, TANDEM_ERR_TOOBIG (response over S1CLIENT_MAX_RESPONSE),
+ * TANDEM_ERR_REFUSED (nothing listens at the endpoint) or TANDEM_ERR_HTTP
+ * (another connection failure) with err[errlen] (optional) saying why;
+ * *response is NULL then. */
+tandem_err s1client_post(struct s1client *c, const char *body, size_t len, long *status,
+                         json_t **response, char *err, size_t errlen);
+
+#endif

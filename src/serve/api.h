@@ -1,0 +1,73 @@
+/* api.h: the routes of `tandem serve`.
+ *
+ *   POST /v1/systemone                    validated, routed by model, passed through
+ *   POST /v1/chat/completions, /v1/completions, /v1/embeddings
+ *                                         OpenAI-style passthrough (SSE streamed)
+ *   GET  /v1/models                       TypeSafe "models" and OpenAI "data" in one body
+ *   POST /v1/pipelines/{name}, GET /v1/pipelines   decide-then-verify pipelines
+ *   GET  /health, /v1/status, /metrics
+ *   POST /admin/models/{name}/load, /admin/models/{name}/unload
+ *
+ * Every error body has one shape (s1_error_body). The api owns no models: it
+ * routes to the scheduler's indices, and everything it is given is borrowed. */
+#ifndef TANDEM_API_H
+#define TANDEM_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "serve/audit.h"
+#include "serve/config.h"
+#include "serve/http.h"
+#include "base/nvml.h"
+#include "serve/pipeline.h"
+#include "serve/prom.h"
+#include "serve/sched.h"
+
+/* A model as the api routes it. */
+struct api_model {
+    const struct config_model *cm; /* name, aliases */
+    size_t sched_index;
+    const char *decision_type;     /* "" for a generative model */
+    const char *arch;
+    uint32_t n_ctx;                /* context the engine runs with */
+    const char *sha256;            /* of the header bytes; "" when unknown */
+    const char *file_sha256;       /* of the whole file; "" when not computed */
+};
+
+struct api_params {
+    const struct config *cfg;      /* api_keys, limits, default model, log_bodies */
+    const struct api_model *models;
+    size_t n_models;
+    size_t default_model;          /* index into models; SIZE_MAX = none */
+    struct sched *sched;
+    struct http_client *engines;   /* upstream connections */
+    struct prom *metrics;          /* may be NULL */
+    struct audit *audit;           /* may be NULL */
+    struct nvml *nvml;             /* GPU memory for /metrics; NULL = no GPU */
+    const struct pipeline_set *pipelines; /* the config's pipelines (possibly none) */
+};
+
+struct api; /* opaque */
+
+/* Returns a new api (caller frees with api_free), NULL on OOM. */
+struct api *api_new(const struct api_params *p);
+
+/* Cancels every exchange still in flight and frees the api. NULL is a no-op. */
+void api_free(struct api *a);
+
+/* Points the api at new borrowed parameters (a reload). Calls in flight keep
+ * the model index they were routed to. */
+void api_set_params(struct api *a, const struct api_params *p);
+
+/* While false, /health answers 503 ("starting" or "draining" as given). */
+void api_set_serving(struct api *a, bool serving, const char *why);
+
+/* The http handler: pass with the api as user. */
+void api_handle(struct http_req *r, void *api);
+
+/* Calls answered or still in flight. */
+uint32_t api_calls_in_flight(const struct api *a);
+
+#endif

@@ -1,0 +1,180 @@
+/* config.h: tandem.yaml, parsed with libfyaml and validated in full at load.
+ *
+ * Every error is one line naming the file, the line and the key path:
+ *   tandem.yaml:14: models.kev.ctx: expected an integer, got "8k"
+ * Paths expand a leading "~" and ${VAR} / $VAR references (XDG_CACHE_HOME,
+ * HOME, TANDEM_CACHE, ... any environment variable; an unset one is an
+ * error naming it). Relative model paths resolve against the config file's
+ * directory. Unknown keys are errors (with a "did you mean" when one key is
+ * close), so a typo never silently falls back to a default. */
+#ifndef TANDEM_CONFIG_H
+#define TANDEM_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "plan/plan.h"
+
+#define CONFIG_KEEP_ALIVE_FOREVER (-1)
+
+struct config_model {
+    char *name;                    /* the key under models: */
+    char *path;                    /* expanded, absolute */
+    char **aliases;                /* extra names clients may use */
+    size_t n_aliases;
+    struct plan_settings settings; /* ctx (0 = training context), ngl (PLAN_NGL_AUTO
+                                    * unless set), parallel (default 1), cache types
+                                    * (default f16), flash_attn (default false), batch,
+                                    * ubatch (0 = engine default / encoder window);
+                                    * gpu and overhead are filled in by serve */
+    int64_t keep_alive_ms;         /* idle time before unload; CONFIG_KEEP_ALIVE_FOREVER;
+                                    * default 300000 (5 min). YAML: "5m", "30s", "1h",
+                                    * "forever", or milliseconds as an integer */
+    bool pin;                      /* preloaded at start, never evicted */
+    int32_t priority;              /* higher wins when models compete; default 0 */
+    char **extra_args;             /* appended to the llama-server argv, verbatim */
+    size_t n_extra_args;
+    int64_t load_timeout_ms;       /* default 120000 */
+    uint32_t line;                 /* line of the model's key, for later messages */
+};
+
+/* --- pipelines (docs/pipelines.md) ----------------------------------------------------- */
+
+/* The id of the decide stage's own choice question (built from the request's
+ * candidates); extra decide questions may not use it. */
+#define CONFIG_DECIDE_CHOICE_ID "choice"
+
+/* A POST /v1/systemone whose model is "pipelines/<name>" runs pipeline
+ * <name>, so no model name or alias may begin with this. */
+#define CONFIG_PIPELINE_MODEL_PREFIX "pipelines/"
+
+enum config_qtype { CONFIG_Q_CHOICE, CONFIG_Q_SCORE, CONFIG_Q_NOUL };
+
+/* A string that may hold {{references}}, rendered per request by pipeline.c. */
+struct config_text {
+    char *text;                    /* NULL = absent */
+    uint32_t line;
+};
+
+/* One question a pipeline stage asks. */
+struct config_question {
+    char *id;
+    enum config_qtype type;
+    struct config_text instructions;  /* required */
+    char **keys;                      /* choice: option names; noul: "true"/"false";
+                                       * score: NULL */
+    struct config_text *criteria;     /* choice: per option; score: per level, lowest
+                                       * first; noul: per key (none = no criteria) */
+    size_t n_criteria;
+    uint32_t line;
+};
+
+/* A stage: which model answers which questions. */
+struct config_stage {
+    char *model;                      /* a model name or alias */
+    uint32_t model_line;
+    struct config_text instructions;  /* decide only: the choice question's default
+                                       * instructions (a request may override them) */
+    struct config_question *questions; /* decide: extra questions; verify: required */
+    size_t n_questions;
+    uint32_t line;
+};
+
+enum config_on_reject { CONFIG_ON_REJECT_NEXT_BEST, CONFIG_ON_REJECT_REJECT,
+                        CONFIG_ON_REJECT_ESCALATE };
+
+/* verdict.thresholds.<question>: "OP VALUE". */
+struct config_threshold {
+    char *question;                   /* a verify question id */
+    char op[3];                       /* ">=", ">", "<=", "<" (noul, score) or "==" (choice) */
+    double value;                     /* numeric ops */
+    char *option;                     /* "==": the option the verifier must choose */
+    uint32_t line;
+};
+
+struct config_pipeline {
+    char *name;                       /* POST /v1/pipelines/<name> */
+    uint32_t line;
+    struct config_stage decide;
+    struct config_stage *verify;      /* at least one, run in order */
+    size_t n_verify;
+    struct config_threshold *thresholds;
+    size_t n_thresholds;
+    double min_confidence;            /* decide confidence below this rejects; 0 = none */
+    enum config_on_reject on_reject;  /* default next_best */
+    uint32_t max_attempts;            /* candidates verified at most (next_best); default 3 */
+    char *escalate_pipeline;          /* escalate.pipeline, or NULL */
+    char *escalate_model;             /* escalate.model, or NULL */
+    uint32_t verdict_line;
+};
+
+struct config {
+    char *path;                    /* the file as given */
+    char listen_host[256];         /* default "127.0.0.1" */
+    uint16_t listen_port;          /* default 8090 */
+    char **api_keys;               /* none = any bearer token accepted */
+    size_t n_api_keys;
+    /* device budget: unset = auto (NVML total on a GPU, else MemAvailable) */
+    uint64_t vram;                 /* bytes; 0 = auto */
+    uint64_t reserve;              /* bytes kept free on the GPU; default 512 MiB */
+    uint64_t ram;                  /* host budget for a CPU engine; 0 = auto */
+    struct config_model *models;   /* in file order */
+    size_t n_models;
+    char *default_model;           /* defaults.model: answers "jev-latest" and requests
+                                    * without a model; NULL = the first decision model */
+    /* limits */
+    uint64_t max_body_bytes;       /* limits.max_body: default 1 MiB */
+    uint32_t queue_depth;          /* limits.queue_depth: admission queue; default 64 */
+    int64_t request_timeout_ms;    /* limits.request_timeout: default deadline, 60000 */
+    int64_t header_timeout_ms;     /* limits.header_timeout: default 10000 */
+    int64_t idle_timeout_ms;       /* limits.idle_timeout: keep-alive idle, default 60000 */
+    uint32_t max_connections;      /* limits.max_connections: default 256 */
+    uint32_t group_limit;          /* scheduling.group_limit: requests one resident model
+                                    * may serve while another model waits; default 16 */
+    int64_t starvation_ms;         /* scheduling.max_wait: how long a resident model may
+                                    * keep the device (from its readiness) while another
+                                    * waits; then it drains; default 30000 */
+    /* lifecycle */
+    int64_t drain_grace_ms;        /* shutdown.grace: default 30000 */
+    int64_t stop_grace_ms;         /* shutdown.engine_grace: SIGTERM -> SIGKILL, 10000 */
+    /* logs */
+    char *log_dir;                 /* logs.dir: engine logs and the audit log; default
+                                    * $TANDEM_CACHE/logs (expanded) */
+    char *audit_path;              /* logs.audit: default <log_dir>/audit.jsonl;
+                                    * "off" disables (NULL) */
+    bool log_bodies;               /* logs.bodies: default false */
+    uint64_t audit_max_bytes;      /* logs.audit_max: rotate past this; default 64 MiB */
+    uint32_t audit_keep;           /* logs.audit_keep: rotated files kept; default 5 */
+    char *llama_server;            /* engine.path: default NULL (the usual lookup) */
+    struct config_pipeline *pipelines; /* in file order; checked against the models,
+                                    * thresholds and escalations here, templates by
+                                    * pipeline.c */
+    size_t n_pipelines;
+};
+
+/* Reads and validates path. On success *out is a new config (caller frees
+ * with config_free). Returns TANDEM_ERR_IO (unreadable; err names the file
+ * and errno text), TANDEM_ERR_FORMAT (YAML syntax, wrong type, bad value,
+ * unknown key, duplicate model name or alias, missing required key; err is
+ * "<file>:<line>: <key.path>: <what>"), TANDEM_ERR_NOTFOUND (a model path does
+ * not exist; same format), TANDEM_ERR_NOMEM. *out is NULL on failure. */
+tandem_err config_load(const char *path, struct config **out, char *err, size_t errlen);
+
+/* Like config_load, but parses the borrowed buffer data[len]; name is the
+ * file name used in messages and for resolving relative paths. */
+tandem_err config_load_buffer(const char *name, const char *data, size_t len, struct config **out,
+                              char *err, size_t errlen);
+
+/* Releases c and everything it owns. config_free(NULL) is a no-op. */
+void config_free(struct config *c);
+
+/* Returns the model whose name or alias equals name (borrowed), or NULL.
+ * The pointer is owned by c. */
+const struct config_model *config_find_model(const struct config *c, const char *name);
+
+/* Returns the pipeline named name (borrowed, owned by c), or NULL. */
+const struct config_pipeline *config_find_pipeline(const struct config *c, const char *name);
+
+#endif

@@ -1,0 +1,566 @@
+/* http.c: libevent's evhttp, with what the daemon needs on top.
+ *
+ * Server: evhttp reads a whole request and calls us; we wrap it in an
+ * http_req that lives until the answer. Connections are tracked (a list;
+ * the limit is small) through libevent's close callback, which is also how
+ * a request learns its connection died. libevent 2.1 stops reading a
+ * connection once a request is in, so a client that hangs up while waiting
+ * is detected by a read watcher of our own on the socket (a zero-byte peek
+ * means the peer closed); the connection is then freed, which frees the
+ * pending evhttp request too.
+ *
+ * Client: one evhttp_connection per exchange in flight, reused from a per-
+ * port idle list afterwards. A connection that failed or was cancelled is
+ * freed, never reused (deferred to the loop when inside its own callback). */
+#include "serve/http.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <event2/bufferevent.h>
+#include <event2/listener.h>
+
+#include "base/mem.h"
+
+#define HARD_BODY_FLOOR (8ull << 20)
+#define UPSTREAM_TIMEOUT_S 86400 /* the scheduler's deadlines end exchanges, not this */
+
+struct http_conn {
+    struct http_server *server;
+    struct evhttp_connection *evcon;
+    struct http_req *pending; /* the request awaiting its answer, if any */
+    bool freeing;             /* we free evcon: its requests go with it */
+    struct http_conn *next;
+};
+
+struct http_server {
+    struct event_base *base;
+    struct evhttp *evhttp;
+    struct evhttp_bound_socket *sock;
+    http_handler_fn fn;
+    void *user;
+    struct http_server_params limits;
+    struct http_conn *conns;
+    uint32_t n_conns, n_pending;
+    uint16_t port;
+};
+
+struct http_req {
+    struct http_server *server;
+    struct http_conn *conn;
+    struct evhttp_request *req; /* NULL once libevent freed it with its connection */
+    struct event *watch;        /* hang-up detector while the answer is pending */
+    char *path;
+    char *body;
+    size_t body_len;
+    bool too_big, over_limit, gone, streaming;
+    void (*on_gone)(void *);
+    void *on_gone_arg;
+};
+
+/* --- connections --------------------------------------------------------------------- */
+
+static void unlink_conn(struct http_server *s, struct http_conn *c) {
+    for (struct http_conn **p = &s->conns; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            s->n_conns--;
+            return;
+        }
+}
+
+static void mark_gone(struct http_req *r) {
+    if (r->gone)
+        return;
+    r->gone = true;
+    if (r->watch) {
+        event_free(r->watch);
+        r->watch = NULL;
+    }
+    if (r->on_gone)
+        r->on_gone(r->on_gone_arg);
+}
+
+/* libevent is freeing the connection (peer gone, timeout, or us). */
+static void on_conn_close(struct evhttp_connection *evcon, void *arg) {
+    (void)evcon;
+    struct http_conn *c = arg;
+    struct http_req *r = c->pending;
+    if (r) {
+        r->conn = NULL;
+        if (c->freeing)
+            r->req = NULL; /* freed with the connection */
+        mark_gone(r);
+    }
+    unlink_conn(c->server, c);
+    mem_free(c);
+}
+
+static struct http_conn *conn_for(struct http_server *s, struct evhttp_connection *evcon) {
+    for (struct http_conn *c = s->conns; c; c = c->next)
+        if (c->evcon == evcon)
+            return c;
+    struct http_conn *c = mem_calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    *c = (struct http_conn){.server = s, .evcon = evcon, .next = s->conns};
+    s->conns = c;
+    s->n_conns++;
+    evhttp_connection_set_closecb(evcon, on_conn_close, c);
+    return c;
+}
+
+/* The socket became readable while the answer is pending: a zero-byte peek
+ * (or an error) means the client hung up. Data (a pipelined request) is left
+ * for libevent after the answer. */
+static void on_watch(evutil_socket_t fd, short what, void *arg) {
+    (void)what;
+    struct http_req *r = arg;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
+        return;
+    struct http_conn *c = r->conn;
+    mark_gone(r);
+    if (c) {
+        c->freeing = true;
+        evhttp_connection_free(c->evcon); /* calls on_conn_close */
+    }
+}
+
+static void watch_hangup(struct http_req *r) {
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(r->conn->evcon);
+    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+    if (fd < 0)
+        return;
+    r->watch = event_new(r->server->base, fd, EV_READ | EV_PERSIST, on_watch, r);
+    if (r->watch)
+        event_add(r->watch, NULL);
+}
+
+/* --- requests ------------------------------------------------------------------------- */
+
+static void copy_body(struct http_req *r) {
+    struct evbuffer *in = evhttp_request_get_input_buffer(r->req);
+    size_t n = evbuffer_get_length(in);
+    r->too_big = n > r->server->limits.max_body_bytes;
+    r->body = mem_alloc(r->too_big ? 1 : n + 1);
+    if (!r->body)
+        return;
+    if (!r->too_big) {
+        evbuffer_copyout(in, r->body, n);
+        r->body_len = n;
+    }
+    r->body[r->body_len] = '\0';
+}
+
+static void on_request(struct evhttp_request *req, void *arg) {
+    struct http_server *s = arg;
+    struct http_req *r = mem_calloc(1, sizeof *r);
+    struct http_conn *c = r ? conn_for(s, evhttp_request_get_connection(req)) : NULL;
+    const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+    const char *raw = u ? evhttp_uri_get_path(u) : NULL;
+    if (r)
+        r->path = evhttp_uridecode(raw && *raw ? raw : "/", 0, NULL);
+    if (!r || !c || !r->path) {
+        if (r)
+            free(r->path);
+        mem_free(r);
+        evhttp_send_error(req, 500, "out of memory");
+        return;
+    }
+    r->server = s;
+    r->conn = c;
+    r->req = req;
+    c->pending = r;
+    s->n_pending++;
+    r->over_limit = s->n_conns > s->limits.max_connections;
+    copy_body(r);
+    watch_hangup(r);
+    s->fn(r, s->user);
+}
+
+/* Detaches r from libevent and frees it. */
+static void req_finish(struct http_req *r) {
+    if (r->watch)
+        event_free(r->watch);
+    if (r->conn) {
+        r->conn->pending = NULL;
+        int64_t ms = r->server->limits.idle_timeout_ms;
+        struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+        evhttp_connection_set_timeout_tv(r->conn->evcon, &tv);
+    }
+    r->server->n_pending--;
+    free(r->path);
+    mem_free(r->body);
+    mem_free(r);
+}
+
+enum evhttp_cmd_type http_req_method(const struct http_req *r) {
+    return r->req ? evhttp_request_get_command(r->req) : EVHTTP_REQ_GET;
+}
+
+const char *http_req_method_name(const struct http_req *r) {
+    switch (http_req_method(r)) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_HEAD: return "HEAD";
+    case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_PATCH: return "PATCH";
+    default: return "OTHER";
+    }
+}
+
+const char *http_req_path(const struct http_req *r) { return r->path; }
+
+const char *http_req_uri(const struct http_req *r) {
+    return r->req ? evhttp_request_get_uri(r->req) : r->path;
+}
+
+const char *http_req_header(const struct http_req *r, const char *name) {
+    return r->req ? evhttp_find_header(evhttp_request_get_input_headers(r->req), name) : NULL;
+}
+
+const char *http_req_body(struct http_req *r, size_t *len) {
+    *len = r->body_len;
+    return r->body ? r->body : "";
+}
+
+bool http_req_body_too_big(const struct http_req *r) { return r->too_big; }
+bool http_req_over_connection_limit(const struct http_req *r) { return r->over_limit; }
+bool http_req_gone(const struct http_req *r) { return r->gone; }
+
+void http_req_on_gone(struct http_req *r, void (*fn)(void *arg), void *arg) {
+    r->on_gone = fn;
+    r->on_gone_arg = arg;
+}
+
+void http_req_add_header(struct http_req *r, const char *name, const char *value) {
+    if (r->req)
+        evhttp_add_header(evhttp_request_get_output_headers(r->req), name, value);
+}
+
+static void set_close_if_over(struct http_req *r) {
+    if (r->over_limit)
+        http_req_add_header(r, "Connection", "close");
+}
+
+void http_req_reply(struct http_req *r, int status, const char *content_type, const void *body,
+                    size_t len) {
+    if (r->req) {
+        set_close_if_over(r);
+        if (content_type)
+            http_req_add_header(r, "Content-Type", content_type);
+        struct evbuffer *b = evbuffer_new();
+        if (b && len)
+            evbuffer_add(b, body, len);
+        evhttp_send_reply(r->req, status, NULL, b); /* frees a detached request */
+        if (b)
+            evbuffer_free(b);
+    }
+    req_finish(r);
+}
+
+void http_req_stream_start(struct http_req *r, int status, const char *content_type) {
+    r->streaming = true;
+    if (!r->req)
+        return;
+    set_close_if_over(r);
+    if (content_type)
+        http_req_add_header(r, "Content-Type", content_type);
+    http_req_add_header(r, "Cache-Control", "no-cache");
+    evhttp_send_reply_start(r->req, status, NULL);
+}
+
+void http_req_stream_chunk(struct http_req *r, struct evbuffer *data) {
+    if (r->req)
+        evhttp_send_reply_chunk(r->req, data);
+    evbuffer_drain(data, evbuffer_get_length(data));
+}
+
+void http_req_stream_end(struct http_req *r) {
+    if (r->req)
+        evhttp_send_reply_end(r->req); /* frees a detached request */
+    req_finish(r);
+}
+
+/* --- server lifecycle -------------------------------------------------------------------- */
+
+static void apply_limits(struct http_server *s, const struct http_server_params *p) {
+    s->limits = *p;
+    uint64_t cap = p->max_body_bytes * 8 > HARD_BODY_FLOOR ? p->max_body_bytes * 8 : HARD_BODY_FLOOR;
+    evhttp_set_max_body_size(s->evhttp, (ev_ssize_t)cap);
+    evhttp_set_max_headers_size(s->evhttp, 64 * 1024);
+    struct timeval tv = {(time_t)(p->header_timeout_ms / 1000),
+                         (suseconds_t)(p->header_timeout_ms % 1000) * 1000};
+    evhttp_set_timeout_tv(s->evhttp, &tv);
+}
+
+tandem_err http_server_new(struct event_base *base, const struct http_server_params *p,
+                           http_handler_fn fn, void *user, struct http_server **out, char *err,
+                           size_t errlen) {
+    *out = NULL;
+    struct http_server *s = mem_calloc(1, sizeof *s);
+    if (!s || !(s->evhttp = evhttp_new(base))) {
+        mem_free(s);
+        return TANDEM_ERR_NOMEM;
+    }
+    s->base = base;
+    s->fn = fn;
+    s->user = user;
+    apply_limits(s, p);
+    evhttp_set_allowed_methods(s->evhttp, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                              EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                              EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(s->evhttp, on_request, s);
+    s->sock = evhttp_bind_socket_with_handle(s->evhttp, p->host, p->port);
+    if (!s->sock) {
+        tandem_errmsg(err, errlen, "cannot listen on %s:%u: %s", p->host, (unsigned)p->port,
+                      strerror(errno));
+        evhttp_free(s->evhttp);
+        mem_free(s);
+        return TANDEM_ERR_IO;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    evutil_socket_t fd = evhttp_bound_socket_get_fd(s->sock);
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                 : ((struct sockaddr_in *)&ss)->sin_port);
+    *out = s;
+    return TANDEM_OK;
+}
+
+void http_server_free(struct http_server *s) {
+    if (!s)
+        return;
+    for (struct http_conn *c = s->conns; c; c = c->next)
+        c->freeing = true;
+    evhttp_free(s->evhttp); /* frees the connections: on_conn_close unlinks each */
+    mem_free(s);
+}
+
+uint16_t http_server_port(const struct http_server *s) { return s->port; }
+
+void http_server_stop_accepting(struct http_server *s) {
+    if (s->sock) {
+        evhttp_del_accept_socket(s->evhttp, s->sock);
+        s->sock = NULL;
+    }
+}
+
+void http_server_set_limits(struct http_server *s, const struct http_server_params *p) {
+    apply_limits(s, p);
+}
+
+uint32_t http_server_pending(const struct http_server *s) { return s->n_pending; }
+
+/* --- client ---------------------------------------------------------------------------- */
+
+struct idle_conn {
+    struct evhttp_connection *evcon;
+    uint16_t port;
+    struct idle_conn *next;
+};
+
+struct http_client {
+    struct event_base *base;
+    struct idle_conn *idle;
+    struct http_upstream *active; /* in flight, for http_client_free */
+};
+
+struct http_upstream {
+    struct http_client *client;
+    struct evhttp_connection *evcon;
+    struct evhttp_request *req;
+    const struct http_upstream_ops *ops;
+    void *user;
+    uint16_t port;
+    enum evhttp_request_error error;
+    bool have_error, aborted;
+    struct http_upstream *prev, *next;
+};
+
+struct http_client *http_client_new(struct event_base *base) {
+    struct http_client *c = mem_calloc(1, sizeof *c);
+    if (c)
+        c->base = base;
+    return c;
+}
+
+static void unlink_upstream(struct http_upstream *u) {
+    if (u->prev)
+        u->prev->next = u->next;
+    else
+        u->client->active = u->next;
+    if (u->next)
+        u->next->prev = u->prev;
+}
+
+void http_client_free(struct http_client *c) {
+    if (!c)
+        return;
+    while (c->active)
+        http_upstream_cancel(c->active);
+    http_client_drop_port(c, 0);
+    mem_free(c);
+}
+
+void http_client_drop_port(struct http_client *c, uint16_t port) {
+    for (struct idle_conn **p = &c->idle; *p;) {
+        struct idle_conn *i = *p;
+        if (port && i->port != port) {
+            p = &i->next;
+            continue;
+        }
+        *p = i->next;
+        evhttp_connection_free(i->evcon);
+        mem_free(i);
+    }
+}
+
+static struct evhttp_connection *take_conn(struct http_client *c, uint16_t port) {
+    for (struct idle_conn **p = &c->idle; *p; p = &(*p)->next)
+        if ((*p)->port == port) {
+            struct idle_conn *i = *p;
+            struct evhttp_connection *e = i->evcon;
+            *p = i->next;
+            mem_free(i);
+            return e;
+        }
+    struct evhttp_connection *e = evhttp_connection_base_new(c->base, NULL, "127.0.0.1", port);
+    if (e)
+        evhttp_connection_set_timeout(e, UPSTREAM_TIMEOUT_S);
+    return e;
+}
+
+static void free_conn_later_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    evhttp_connection_free(arg);
+}
+
+/* Returns a finished exchange's connection to the pool, or frees it (after
+ * libevent is done with it) when it failed. */
+static void release_conn(struct http_upstream *u, bool reusable) {
+    struct idle_conn *i = reusable ? mem_calloc(1, sizeof *i) : NULL;
+    if (i) {
+        *i = (struct idle_conn){u->evcon, u->port, u->client->idle};
+        u->client->idle = i;
+        return;
+    }
+    struct timeval zero = {0, 0};
+    if (event_base_once(u->client->base, -1, EV_TIMEOUT, free_conn_later_cb, u->evcon, &zero))
+        evhttp_connection_free_on_completion(u->evcon);
+}
+
+static const char *error_text(enum evhttp_request_error e) {
+    switch (e) {
+    case EVREQ_HTTP_TIMEOUT: return "timed out";
+    case EVREQ_HTTP_EOF: return "connection closed by the engine";
+    case EVREQ_HTTP_INVALID_HEADER: return "invalid response header from the engine";
+    case EVREQ_HTTP_BUFFER_ERROR: return "cannot connect to the engine";
+    case EVREQ_HTTP_REQUEST_CANCEL: return "cancelled";
+    case EVREQ_HTTP_DATA_TOO_LONG: return "response too long";
+    }
+    return "failed";
+}
+
+static void on_upstream_error(enum evhttp_request_error e, void *arg) {
+    struct http_upstream *u = arg;
+    u->error = e;
+    u->have_error = true;
+}
+
+static int on_upstream_headers(struct evhttp_request *req, void *arg) {
+    struct http_upstream *u = arg;
+    if (!u->ops->headers)
+        return 0;
+    bool go = u->ops->headers(u->user, evhttp_request_get_response_code(req),
+                              evhttp_request_get_input_headers(req));
+    u->aborted = !go;
+    return go ? 0 : -1;
+}
+
+static void on_upstream_chunk(struct evhttp_request *req, void *arg) {
+    struct http_upstream *u = arg;
+    u->ops->chunk(u->user, evhttp_request_get_input_buffer(req));
+}
+
+static void on_upstream_done(struct evhttp_request *req, void *arg) {
+    struct http_upstream *u = arg;
+    int status = req ? evhttp_request_get_response_code(req) : 0;
+    unlink_upstream(u);
+    const struct http_upstream_ops *ops = u->ops;
+    void *user = u->user;
+    if (status > 0 && !u->have_error && !u->aborted) {
+        struct evbuffer *body = ops->chunk ? NULL : evhttp_request_get_input_buffer(req);
+        release_conn(u, true);
+        mem_free(u);
+        ops->done(user, status, body, NULL);
+        return;
+    }
+    const char *why = u->aborted ? "aborted" : error_text(u->have_error ? u->error : EVREQ_HTTP_EOF);
+    release_conn(u, false);
+    mem_free(u);
+    ops->done(user, 0, NULL, why);
+}
+
+struct http_upstream *http_upstream_start(struct http_client *c, uint16_t port,
+                                          enum evhttp_cmd_type method, const char *uri,
+                                          const char *content_type, const void *body, size_t len,
+                                          const struct evkeyvalq *from_headers,
+                                          const char *const *forward,
+                                          const struct http_upstream_ops *ops, void *user) {
+    struct http_upstream *u = mem_calloc(1, sizeof *u);
+    if (!u)
+        return NULL;
+    *u = (struct http_upstream){.client = c, .ops = ops, .user = user, .port = port};
+    u->evcon = take_conn(c, port);
+    u->req = u->evcon ? evhttp_request_new(on_upstream_done, u) : NULL;
+    if (!u->req) {
+        if (u->evcon)
+            evhttp_connection_free(u->evcon);
+        mem_free(u);
+        return NULL;
+    }
+    evhttp_request_set_error_cb(u->req, on_upstream_error);
+    evhttp_request_set_header_cb(u->req, on_upstream_headers);
+    if (ops->chunk)
+        evhttp_request_set_chunked_cb(u->req, on_upstream_chunk);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(u->req);
+    evhttp_add_header(h, "Host", "127.0.0.1");
+    if (content_type)
+        evhttp_add_header(h, "Content-Type", content_type);
+    for (size_t i = 0; forward && forward[i] && from_headers; i++) {
+        const char *v = evhttp_find_header(from_headers, forward[i]);
+        if (v)
+            evhttp_add_header(h, forward[i], v);
+    }
+    if (body && len)
+        evbuffer_add(evhttp_request_get_output_buffer(u->req), body, len);
+    u->next = c->active;
+    if (c->active)
+        c->active->prev = u;
+    c->active = u;
+    if (evhttp_make_request(u->evcon, u->req, method, uri) != 0) {
+        /* libevent freed the request; report asynchronously like any failure */
+        unlink_upstream(u);
+        evhttp_connection_free(u->evcon);
+        mem_free(u);
+        return NULL;
+    }
+    return u;
+}
+
+void http_upstream_cancel(struct http_upstream *u) {
+    if (!u)
+        return;
+    unlink_upstream(u);
+    evhttp_cancel_request(u->req);
+    evhttp_connection_free(u->evcon);
+    mem_free(u);
+}

@@ -1,0 +1,143 @@
+/* http.h: the daemon's HTTP server and its client of the engines, on libevent.
+ *
+ * Server side: one listener; each request is handed to the handler as a
+ * struct http_req, which the handler answers later (whole or streamed) and
+ * which is freed by that answer. The module enforces what libevent 2.1 does
+ * not: a connection limit, a separate idle timeout between requests, and the
+ * detection of a client that hangs up while its answer is pending (libevent
+ * stops reading once a request is in; tandem watches the socket itself).
+ * Client side: requests to 127.0.0.1:<port> over kept-alive connections
+ * pooled per port, with the body either buffered or streamed chunk by chunk. */
+#ifndef TANDEM_HTTP_H
+#define TANDEM_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "base/err.h"
+
+/* --- server ------------------------------------------------------------------------------ */
+
+struct http_server; /* opaque */
+struct http_req;    /* opaque: one request awaiting its answer */
+
+typedef void (*http_handler_fn)(struct http_req *r, void *user);
+
+struct http_server_params {
+    const char *host;           /* address to bind, e.g. "127.0.0.1" */
+    uint16_t port;              /* 0 = any free port (see http_server_port) */
+    uint64_t max_body_bytes;    /* bodies are read up to a hard cap of max(8 x this, 8 MiB);
+                                 * the handler sees http_req_body_too_big past this */
+    int64_t header_timeout_ms;  /* reading a new connection's first request */
+    int64_t idle_timeout_ms;    /* between requests on a kept-alive connection */
+    uint32_t max_connections;   /* connections with a request; more are answered 503 */
+};
+
+/* Binds and starts serving on base (borrowed). Every request goes to fn.
+ * Returns TANDEM_ERR_IO when the address cannot be bound (err says which
+ * and why), TANDEM_ERR_NOMEM. */
+tandem_err http_server_new(struct event_base *base, const struct http_server_params *p,
+                           http_handler_fn fn, void *user, struct http_server **out, char *err,
+                           size_t errlen);
+
+/* Closes the listener and every connection; requests still pending are
+ * freed (their handlers must not answer them afterwards: free the server
+ * last). http_server_free(NULL) is a no-op. */
+void http_server_free(struct http_server *s);
+
+/* The port actually bound. */
+uint16_t http_server_port(const struct http_server *s);
+
+/* Stops accepting new connections (drain); existing ones finish. */
+void http_server_stop_accepting(struct http_server *s);
+
+/* Updates the limits (a reload): body size, timeouts, connection limit. */
+void http_server_set_limits(struct http_server *s, const struct http_server_params *p);
+
+/* Requests received and not yet answered. */
+uint32_t http_server_pending(const struct http_server *s);
+
+/* --- one request ---------------------------------------------------------------------- */
+
+enum evhttp_cmd_type http_req_method(const struct http_req *r);
+const char *http_req_method_name(const struct http_req *r);
+/* The path without the query string, decoded; never NULL. */
+const char *http_req_path(const struct http_req *r);
+/* The full URI as received (path and query). */
+const char *http_req_uri(const struct http_req *r);
+/* A request header (case-insensitive name), or NULL. Borrowed. */
+const char *http_req_header(const struct http_req *r, const char *name);
+/* The body, NUL-terminated for convenience; *len gets its length. Borrowed. */
+const char *http_req_body(struct http_req *r, size_t *len);
+/* Whether the body exceeded max_body_bytes. */
+bool http_req_body_too_big(const struct http_req *r);
+/* Whether the connection is over the connection limit (answer 503). */
+bool http_req_over_connection_limit(const struct http_req *r);
+/* Whether the client has gone (its answer will be discarded). */
+bool http_req_gone(const struct http_req *r);
+
+/* Calls fn(arg) once if the client hangs up before the answer is complete. */
+void http_req_on_gone(struct http_req *r, void (*fn)(void *arg), void *arg);
+
+/* Adds a response header (copied). */
+void http_req_add_header(struct http_req *r, const char *name, const char *value);
+
+/* Answers with status and body[len] (copied) of content_type; frees r. */
+void http_req_reply(struct http_req *r, int status, const char *content_type, const void *body,
+                    size_t len);
+
+/* Streaming: starts the answer (chunked), sends chunks (data is drained),
+ * and ends it, which frees r. */
+void http_req_stream_start(struct http_req *r, int status, const char *content_type);
+void http_req_stream_chunk(struct http_req *r, struct evbuffer *data);
+void http_req_stream_end(struct http_req *r);
+
+/* --- client of the engines ------------------------------------------------------------- */
+
+struct http_client;   /* opaque: connection pools per port */
+struct http_upstream; /* opaque: one request in flight */
+
+struct http_upstream_ops {
+    /* optional: the response status and headers arrived; return false to abort
+     * (done is then called with an error) */
+    bool (*headers)(void *user, int status, const struct evkeyvalq *headers);
+    /* optional: when set, the body is streamed here (data is drained after) */
+    void (*chunk)(void *user, struct evbuffer *data);
+    /* the exchange ended: status > 0 and body (NULL when streamed; borrowed)
+     * on success; status 0 and error (borrowed) on failure. Called once. */
+    void (*done)(void *user, int status, struct evbuffer *body, const char *error);
+};
+
+/* Returns a new client on base (borrowed), NULL on OOM. */
+struct http_client *http_client_new(struct event_base *base);
+
+/* Frees every connection; requests in flight are cancelled without callbacks.
+ * http_client_free(NULL) is a no-op. */
+void http_client_free(struct http_client *c);
+
+/* Closes the idle connections to port (its engine is gone). */
+void http_client_drop_port(struct http_client *c, uint16_t port);
+
+/* Sends method uri to 127.0.0.1:port with body[len] (copied; NULL = none) of
+ * content_type, plus the request headers named in forward (NULL-terminated,
+ * copied from from_headers when present). ops->done is called later, never
+ * from inside this call. Returns NULL when the request cannot be made (OOM,
+ * no connection); nothing is called back then. */
+struct http_upstream *http_upstream_start(struct http_client *c, uint16_t port,
+                                          enum evhttp_cmd_type method, const char *uri,
+                                          const char *content_type, const void *body, size_t len,
+                                          const struct evkeyvalq *from_headers,
+                                          const char *const *forward,
+                                          const struct http_upstream_ops *ops, void *user);
+
+/* Cancels an exchange in flight: no callback follows, the connection is
+ * closed (so the engine sees the hang-up) and u is freed. */
+void http_upstream_cancel(struct http_upstream *u);
+
+#endif

@@ -1,0 +1,1175 @@
+/* pipeline.c: decide-then-verify pipelines.
+ *
+ * Compilation (pipeline_set_new) turns each config_pipeline into stages of
+ * compiled templates, resolving every model once and checking what the
+ * config module cannot: template references (tmpl), that stage models are
+ * decision models, and option counts against each model's limit.
+ *
+ * A run is a small state machine on the daemon's loop, one stage in flight
+ * at a time:
+ *
+ *   start ──▶ DECIDE ──(confidence too low)──────────────────────▶ reject/escalate
+ *               │
+ *               ▼ rank candidates by probability
+ *             VERIFY attempt k, stage 0..n ──(a threshold fails)──▶ next_best: k+1
+ *               │                                                   reject / escalate
+ *               ▼ every threshold passed
+ *             accepted
+ *
+ * run_stage() submits one POST /v1/systemone to the scheduler (so stages wait
+ * for residency and share grouping and deadlines with every other request),
+ * sends it when the job starts, and hands the engine's answer to the run's
+ * continuation (on_decided, on_verified, on_escalated_model). Any failure
+ * ends the run through finish_error(); success through finish_verdict().
+ * Escalation to a pipeline starts a nested run with the same request. */
+#include "serve/pipeline.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/host.h"
+#include "base/mem.h"
+#include "serve/s1.h"
+#include "serve/tmpl.h"
+
+#define RENDER_MAX (1u << 20)
+#define MAX_ATTEMPTS_LIMIT 64
+#define STAGE_NAME_MAX 48
+
+/* --- compiled pipelines ---------------------------------------------------------------- */
+
+struct cquestion {
+    const struct config_question *q;
+    struct tmpl *instructions;
+    struct tmpl **criteria;              /* q->n_criteria */
+    const struct config_threshold *threshold; /* NULL = informative */
+};
+
+struct cstage {
+    size_t model;                        /* config index */
+    struct cquestion *qs;
+    size_t n;
+};
+
+struct cpipeline {
+    const struct config_pipeline *pl;
+    struct tmpl *instructions;           /* the default decide instructions, or NULL */
+    struct cstage decide;
+    struct cstage *verify;
+    size_t escalate_model;               /* config index, or SIZE_MAX */
+};
+
+struct pipeline_set {
+    const struct config *cfg;
+    const struct pipeline_model *models;
+    struct cpipeline *p;
+    size_t n;
+};
+
+static void free_stage(struct cstage *st) {
+    for (size_t i = 0; st->qs && i < st->n; i++) {
+        tmpl_free(st->qs[i].instructions);
+        for (size_t c = 0; st->qs[i].criteria && c < st->qs[i].q->n_criteria; c++)
+            tmpl_free(st->qs[i].criteria[c]);
+        mem_free(st->qs[i].criteria);
+    }
+    mem_free(st->qs);
+}
+
+void pipeline_set_free(struct pipeline_set *s) {
+    if (!s)
+        return;
+    for (size_t i = 0; s->p && i < s->n; i++) {
+        struct cpipeline *cp = &s->p[i];
+        tmpl_free(cp->instructions);
+        free_stage(&cp->decide);
+        for (size_t v = 0; cp->verify && v < cp->pl->n_verify; v++)
+            free_stage(&cp->verify[v]);
+        mem_free(cp->verify);
+    }
+    mem_free(s->p);
+    mem_free(s);
+}
+
+/* Compilation context: where errors point. */
+struct cc {
+    const struct config *cfg;
+    const struct pipeline_model *models;
+    char *err;
+    size_t errlen;
+};
+
+static size_t model_index(const struct config *cfg, const char *name) {
+    const struct config_model *m = config_find_model(cfg, name);
+    return m ? (size_t)(m - cfg->models) : SIZE_MAX;
+}
+
+static tandem_err compile_text(struct cc *cc, const struct config_text *t,
+                               const struct tmpl_scope *scope, const char *path,
+                               struct tmpl **out) {
+    char why[512];
+    tandem_err e = tmpl_compile(t->text, scope, out, why, sizeof why);
+    if (e == TANDEM_ERR_FORMAT)
+        tandem_errmsg(cc->err, cc->errlen, "%s:%u: %s: %s", cc->cfg->path, t->line, path, why);
+    return e;
+}
+
+static const struct config_threshold *threshold_of(const struct config_pipeline *pl,
+                                                   const char *id) {
+    for (size_t i = 0; i < pl->n_thresholds; i++)
+        if (!strcmp(pl->thresholds[i].question, id))
+            return &pl->thresholds[i];
+    return NULL;
+}
+
+/* A stage model must exist (config checked it) and answer System One. */
+static tandem_err check_decision_model(struct cc *cc, size_t model, uint32_t line,
+                                       const char *path) {
+    if (cc->models[model].decision_type[0])
+        return TANDEM_OK;
+    tandem_errmsg(cc->err, cc->errlen, "%s:%u: %s: %s is not a decision model (no decision "
+                  "metadata), so it cannot answer a pipeline stage", cc->cfg->path, line, path,
+                  cc->cfg->models[model].name);
+    return TANDEM_ERR_FORMAT;
+}
+
+static tandem_err compile_question(struct cc *cc, const struct config_pipeline *pl,
+                                   const struct config_question *q, const struct tmpl_scope *scope,
+                                   const char *path, unsigned max_options, struct cquestion *out) {
+    char sub[1024];
+    out->q = q;
+    out->threshold = threshold_of(pl, q->id);
+    if (q->type == CONFIG_Q_CHOICE && q->n_criteria > max_options) {
+        tandem_errmsg(cc->err, cc->errlen, "%s:%u: %s.criteria: %zu options, but the model "
+                      "takes at most %u", cc->cfg->path, q->line, path, q->n_criteria, max_options);
+        return TANDEM_ERR_FORMAT;
+    }
+    snprintf(sub, sizeof sub, "%s.instructions", path);
+    tandem_err e = compile_text(cc, &q->instructions, scope, sub, &out->instructions);
+    if (e == TANDEM_OK && q->n_criteria &&
+        !(out->criteria = mem_calloc(q->n_criteria, sizeof *out->criteria)))
+        e = TANDEM_ERR_NOMEM;
+    for (size_t i = 0; e == TANDEM_OK && i < q->n_criteria; i++) {
+        if (q->keys)
+            snprintf(sub, sizeof sub, "%s.criteria.%s", path, q->keys[i]);
+        else
+            snprintf(sub, sizeof sub, "%s.criteria[%zu]", path, i);
+        e = compile_text(cc, &q->criteria[i], scope, sub, &out->criteria[i]);
+    }
+    return e;
+}
+
+static tandem_err compile_stage(struct cc *cc, const struct config_pipeline *pl,
+                                const struct config_stage *st, const struct tmpl_scope *scope,
+                                const char *path, struct cstage *out) {
+    char sub[600];
+    out->model = model_index(cc->cfg, st->model);
+    snprintf(sub, sizeof sub, "%s.model", path);
+    tandem_err e = check_decision_model(cc, out->model, st->model_line, sub);
+    if (e == TANDEM_OK && st->n_questions &&
+        !(out->qs = mem_calloc(st->n_questions, sizeof *out->qs)))
+        e = TANDEM_ERR_NOMEM;
+    for (size_t i = 0; e == TANDEM_OK && i < st->n_questions; i++) {
+        snprintf(sub, sizeof sub, "%s.questions.%s", path, st->questions[i].id);
+        e = compile_question(cc, pl, &st->questions[i], scope, sub,
+                             cc->models[out->model].max_options, &out->qs[i]);
+        out->n = i + 1;
+    }
+    return e;
+}
+
+/* The NULL-terminated ids of a stage's questions (borrowed from the config). */
+static const char **stage_ids(const struct config_stage *st, size_t n_stages) {
+    size_t n = 0;
+    for (size_t s = 0; s < n_stages; s++)
+        n += st[s].n_questions;
+    const char **ids = mem_calloc(n + 1, sizeof *ids);
+    for (size_t s = 0, k = 0; ids && s < n_stages; s++)
+        for (size_t q = 0; q < st[s].n_questions; q++)
+            ids[k++] = st[s].questions[q].id;
+    return ids;
+}
+
+static tandem_err compile_verify(struct cc *cc, struct cpipeline *cp, const char **decide_ids) {
+    const struct config_pipeline *pl = cp->pl;
+    tandem_err e = TANDEM_OK;
+    for (size_t v = 0; e == TANDEM_OK && v < pl->n_verify; v++) {
+        const char **earlier = stage_ids(pl->verify, v);
+        if (!earlier)
+            return TANDEM_ERR_NOMEM;
+        struct tmpl_scope scope = {.decided = true, .decide_ids = decide_ids,
+                                   .verify_ids = earlier};
+        char path[300];
+        snprintf(path, sizeof path, "pipelines.%s.verify[%zu]", pl->name, v);
+        e = compile_stage(cc, pl, &pl->verify[v], &scope, path, &cp->verify[v]);
+        mem_free(earlier);
+    }
+    return e;
+}
+
+static tandem_err compile_pipeline(struct cc *cc, const struct config_pipeline *pl,
+                                   struct cpipeline *cp) {
+    char path[300];
+    cp->pl = pl;
+    cp->escalate_model = pl->escalate_model ? model_index(cc->cfg, pl->escalate_model) : SIZE_MAX;
+    if (!(cp->verify = mem_calloc(pl->n_verify, sizeof *cp->verify)))
+        return TANDEM_ERR_NOMEM;
+    struct tmpl_scope undecided = {.decided = false};
+    snprintf(path, sizeof path, "pipelines.%s.decide", pl->name);
+    tandem_err e = compile_stage(cc, pl, &pl->decide, &undecided, path, &cp->decide);
+    snprintf(path, sizeof path, "pipelines.%s.decide.instructions", pl->name);
+    struct tmpl_scope own = {.renders_instructions = true};
+    if (e == TANDEM_OK && pl->decide.instructions.text)
+        e = compile_text(cc, &pl->decide.instructions, &own, path, &cp->instructions);
+    if (e == TANDEM_OK && cp->escalate_model != SIZE_MAX) {
+        snprintf(path, sizeof path, "pipelines.%s.verdict.escalate.model", pl->name);
+        e = check_decision_model(cc, cp->escalate_model, pl->verdict_line, path);
+    }
+    if (e != TANDEM_OK)
+        return e;
+    const char **decide_ids = stage_ids(&pl->decide, 1);
+    if (!decide_ids)
+        return TANDEM_ERR_NOMEM;
+    e = compile_verify(cc, cp, decide_ids);
+    mem_free(decide_ids);
+    return e;
+}
+
+tandem_err pipeline_set_new(const struct config *cfg, const struct pipeline_model *models,
+                            struct pipeline_set **out, char *err, size_t errlen) {
+    *out = NULL;
+    struct pipeline_set *s = mem_calloc(1, sizeof *s);
+    if (!s || (cfg->n_pipelines && !(s->p = mem_calloc(cfg->n_pipelines, sizeof *s->p)))) {
+        mem_free(s);
+        return TANDEM_ERR_NOMEM;
+    }
+    s->cfg = cfg;
+    s->models = models;
+    struct cc cc = {cfg, models, err, errlen};
+    tandem_err e = TANDEM_OK;
+    for (size_t i = 0; e == TANDEM_OK && i < cfg->n_pipelines; i++) {
+        s->n = i + 1;
+        e = compile_pipeline(&cc, &cfg->pipelines[i], &s->p[i]);
+    }
+    if (e != TANDEM_OK) {
+        if (e == TANDEM_ERR_NOMEM)
+            tandem_errmsg(err, errlen, "%s: out of memory compiling pipelines", cfg->path);
+        pipeline_set_free(s);
+        return e;
+    }
+    *out = s;
+    return TANDEM_OK;
+}
+
+static const struct cpipeline *find(const struct pipeline_set *s, const char *name) {
+    for (size_t i = 0; i < s->n; i++)
+        if (!strcmp(s->p[i].pl->name, name))
+            return &s->p[i];
+    return NULL;
+}
+
+size_t pipeline_decide_model(const struct pipeline_set *s, const char *name) {
+    const struct cpipeline *cp = find(s, name);
+    return cp ? cp->decide.model : SIZE_MAX;
+}
+
+/* --- listing ------------------------------------------------------------------------------ */
+
+static const char *qtype_name(enum config_qtype t) {
+    return t == CONFIG_Q_CHOICE ? "choice" : t == CONFIG_Q_SCORE ? "score" : "noul";
+}
+
+static const char *on_reject_name(enum config_on_reject r) {
+    return r == CONFIG_ON_REJECT_NEXT_BEST ? "next_best"
+           : r == CONFIG_ON_REJECT_REJECT  ? "reject"
+                                           : "escalate";
+}
+
+static char *threshold_text(const struct config_threshold *th, char *buf, size_t cap) {
+    if (th->option)
+        snprintf(buf, cap, "== %s", th->option);
+    else
+        snprintf(buf, cap, "%s %g", th->op, th->value);
+    return buf;
+}
+
+static json_t *stage_json(const struct pipeline_set *s, const struct cstage *st) {
+    json_t *qs = json_array();
+    for (size_t i = 0; i < st->n; i++) {
+        char th[300];
+        const struct cquestion *q = &st->qs[i];
+        json_array_append_new(qs, json_pack("{ssssso}", "id", q->q->id, "type",
+                                            qtype_name(q->q->type), "threshold",
+                                            q->threshold ? json_string(threshold_text(
+                                                               q->threshold, th, sizeof th))
+                                                         : json_null()));
+    }
+    return json_pack("{ssso}", "model", s->cfg->models[st->model].name, "questions", qs);
+}
+
+json_t *pipeline_set_list_json(const struct pipeline_set *s) {
+    json_t *list = json_array();
+    for (size_t i = 0; list && i < s->n; i++) {
+        const struct cpipeline *cp = &s->p[i];
+        const struct config_pipeline *pl = cp->pl;
+        json_t *verify = json_array();
+        for (size_t v = 0; v < pl->n_verify; v++)
+            json_array_append_new(verify, stage_json(s, &cp->verify[v]));
+        json_t *escalate = pl->escalate_pipeline ? json_pack("{ss}", "pipeline", pl->escalate_pipeline)
+                           : pl->escalate_model  ? json_pack("{ss}", "model", pl->escalate_model)
+                                                 : json_null();
+        json_array_append_new(
+            list, json_pack("{sssosos{sfsssiso}}", "name", pl->name, "decide",
+                            stage_json(s, &cp->decide), "verify", verify, "verdict",
+                            "min_confidence", pl->min_confidence, "on_reject",
+                            on_reject_name(pl->on_reject), "max_attempts", (int)pl->max_attempts,
+                            "escalate", escalate));
+    }
+    return json_pack("{so}", "pipelines", list);
+}
+
+/* --- runs: state ------------------------------------------------------------------------------ */
+
+typedef void (*stage_cont)(struct pipeline_run *r, json_t *response);
+
+struct pipeline_run {
+    const struct pipeline_set *set;
+    const struct cpipeline *cp;
+    struct pipeline_env env;
+    pipeline_done_fn done;
+    void *user;
+    char request_id[96];
+    int64_t deadline, t0;
+    json_t *request;            /* a copy, for an escalation */
+    json_t *state, *candidates; /* borrowed from request */
+    json_t *instructions;       /* the decide instructions (owned) */
+    unsigned max_attempts;
+    double min_confidence;
+    /* progress */
+    json_t *decide;             /* {"model", "answers", ...} of the decide stage */
+    json_t *choice_answer;      /* borrowed from decide: answers.choice */
+    const char **ranked;        /* candidate names, most probable first (borrowed) */
+    size_t n_ranked, attempt, stage;
+    json_t *attempts, *cur_attempt, *verify_answers, *stages, *models;
+    struct sched_timing sum;
+    long tokens;
+    /* the stage in flight */
+    char stage_name[STAGE_NAME_MAX];
+    size_t stage_model;
+    char *body;
+    struct sched_job *job;
+    struct http_upstream *up;
+    stage_cont cont;
+    struct pipeline_run *nested;
+    char why[600];              /* why the decision was rejected, for an escalation */
+};
+
+static void run_free(struct pipeline_run *r) {
+    json_decref(r->request);
+    json_decref(r->instructions);
+    json_decref(r->decide);
+    json_decref(r->attempts);
+    json_decref(r->cur_attempt);
+    json_decref(r->verify_answers);
+    json_decref(r->stages);
+    json_decref(r->models);
+    mem_free(r->ranked);
+    mem_free(r->body);
+    mem_free(r);
+}
+
+static const char *model_name(const struct pipeline_run *r, size_t model) {
+    return r->set->cfg->models[model].name;
+}
+
+/* Ends the run with outcome; frees it. */
+static void finish(struct pipeline_run *r, int status, json_t *body, const char *verdict) {
+    struct pipeline_outcome o = {status, body, verdict, r->sum, r->tokens};
+    pipeline_done_fn done = r->done;
+    void *user = r->user;
+    run_free(r);
+    done(user, &o);
+}
+
+__attribute__((format(printf, 4, 5))) static void finish_error(struct pipeline_run *r, int status,
+                                                               const char *type, const char *fmt,
+                                                               ...) {
+    char msg[1500];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *body = s1_error_body(status, type, msg, NULL);
+    json_object_set_new(json_object_get(body, "error"), "pipeline", json_string(r->cp->pl->name));
+    json_object_set(json_object_get(body, "error"), "stages", r->stages);
+    finish(r, status, body, NULL);
+}
+
+/* --- runs: one stage ---------------------------------------------------------------------------- */
+
+static void add_timing(struct pipeline_run *r, const struct sched_timing *t) {
+    r->sum.queued_ms += t->queued_ms;
+    r->sum.loading_ms += t->loading_ms;
+    r->sum.running_ms += t->running_ms;
+    json_t *rec = json_pack("{sssssIsIsI}", "stage", r->stage_name, "model",
+                            model_name(r, r->stage_model), "queued_ms", (json_int_t)t->queued_ms,
+                            "loading_ms", (json_int_t)t->loading_ms, "running_ms",
+                            (json_int_t)t->running_ms);
+    if (r->cur_attempt)
+        json_object_set_new(rec, "attempt", json_integer((json_int_t)r->attempt + 1));
+    json_array_append_new(r->stages, rec);
+}
+
+static void on_job_fail(struct sched_job *job, int status, const char *type, const char *message,
+                        void *user) {
+    struct pipeline_run *r = user;
+    struct sched_timing t;
+    sched_job_timing(job, &t);
+    r->job = NULL;
+    if (r->up) {
+        http_upstream_cancel(r->up);
+        r->up = NULL;
+    }
+    add_timing(r, &t);
+    finish_error(r, status, type, "pipeline %s, stage %s: %s", r->cp->pl->name, r->stage_name,
+                 message);
+}
+
+/* The engine's error answer, with its status and message kept. */
+static void stage_engine_error(struct pipeline_run *r, int status, json_t *answer,
+                               const char *text, size_t len) {
+    const char *msg = json_string_value(json_object_get(json_object_get(answer, "error"), "message"));
+    finish_error(r, status >= 500 ? 502 : status, status >= 500 ? "upstream_error" : "invalid_request_error",
+                 "pipeline %s, stage %s: model %s answered %d: %.400s", r->cp->pl->name,
+                 r->stage_name, model_name(r, r->stage_model), status,
+                 msg ? msg : len ? text : "(empty body)");
+}
+
+static void on_engine_done(void *user, int status, struct evbuffer *body, const char *error) {
+    struct pipeline_run *r = user;
+    r->up = NULL;
+    if (status == 0) {
+        sched_job_upstream_failed(r->job, error); /* on_job_fail follows */
+        return;
+    }
+    struct sched_timing t;
+    sched_job_timing(r->job, &t);
+    sched_job_done(r->job, status == 200);
+    r->job = NULL;
+    add_timing(r, &t);
+    size_t len = evbuffer_get_length(body);
+    const char *text = len ? (const char *)evbuffer_pullup(body, (ev_ssize_t)len) : "";
+    json_t *answer = json_loadb(text, len, 0, NULL);
+    if (status != 200 || !json_is_object(json_object_get(answer, "answers"))) {
+        stage_engine_error(r, status == 200 ? 502 : status, answer, text, len);
+        json_decref(answer);
+        return;
+    }
+    json_t *in = json_object_get(json_object_get(answer, "usage"), "input_tokens");
+    if (json_is_integer(in))
+        r->tokens = (r->tokens < 0 ? 0 : r->tokens) + (long)json_integer_value(in);
+    r->cont(r, answer); /* takes the reference */
+}
+
+static const struct http_upstream_ops engine_ops = {.done = on_engine_done};
+
+static void on_job_start(struct sched_job *job, uint16_t port, void *user) {
+    (void)job;
+    struct pipeline_run *r = user;
+    r->up = http_upstream_start(r->env.engines, port, EVHTTP_REQ_POST, "/v1/systemone",
+                                "application/json", r->body, strlen(r->body), NULL, NULL,
+                                &engine_ops, r);
+    if (!r->up)
+        sched_job_upstream_failed(r->job, "cannot connect to the engine");
+}
+
+static const struct sched_job_ops job_ops = {.start = on_job_start, .fail = on_job_fail};
+
+/* Sends questions (stolen) about the request's state to model; cont gets the
+ * answer. Returns the scheduler's refusal (the run is still the caller's). */
+static tandem_err run_stage(struct pipeline_run *r, const char *name, size_t model,
+                            json_t *questions, stage_cont cont) {
+    snprintf(r->stage_name, sizeof r->stage_name, "%s", name);
+    r->stage_model = model;
+    r->cont = cont;
+    json_t *req = json_pack("{sssOso}", "model", model_name(r, model), "state", r->state,
+                            "questions", questions);
+    mem_free(r->body);
+    r->body = req ? json_dumps(req, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(req);
+    if (!r->body)
+        return TANDEM_ERR_NOMEM;
+    uint32_t position;
+    return sched_submit(r->env.sched, r->set->models[model].sched_index, r->deadline, &job_ops,
+                        r, &r->job, &position);
+}
+
+/* run_stage for a stage started from a callback: a refusal ends the run. */
+static void run_stage_or_fail(struct pipeline_run *r, const char *name, size_t model,
+                              json_t *questions, stage_cont cont) {
+    tandem_err e = run_stage(r, name, model, questions, cont);
+    if (e == TANDEM_ERR_TOOBIG)
+        finish_error(r, 429, "queue_full", "pipeline %s, stage %s: the admission queue is full "
+                     "(limits.queue_depth); retry later", r->cp->pl->name, name);
+    else if (e != TANDEM_OK)
+        finish_error(r, 503, "unavailable_error", "pipeline %s, stage %s: %s", r->cp->pl->name,
+                     name, e == TANDEM_ERR_UNSUPPORTED ? "tandem is shutting down"
+                                                       : tandem_strerror(e));
+}
+
+/* --- runs: questions ------------------------------------------------------------------------ */
+
+static struct tmpl_values values(const struct pipeline_run *r) {
+    struct tmpl_values v = {.state = r->state, .instructions = r->instructions,
+                            .candidates = r->candidates, .attempt = (unsigned)r->attempt + 1,
+                            .verify_answers = r->verify_answers};
+    if (r->decide) {
+        v.decide_answers = json_object_get(r->decide, "answers");
+        v.confidence = json_number_value(json_object_get(r->choice_answer, "confidence"));
+        if (r->attempt < r->n_ranked) {
+            v.choice = r->ranked[r->attempt];
+            v.probability = json_number_value(
+                json_object_get(json_object_get(r->choice_answer, "probabilities"), v.choice));
+        }
+    }
+    return v;
+}
+
+/* Renders t into a new JSON string; NULL with err set on failure. */
+static json_t *render(const struct pipeline_run *r, const struct tmpl *t, char *err, size_t errlen) {
+    struct mem_buf b;
+    mem_buf_init(&b, RENDER_MAX);
+    struct tmpl_values v = values(r);
+    tandem_err e = tmpl_render(t, &v, &b, err, errlen);
+    if (e == TANDEM_ERR_TOOBIG)
+        tandem_errmsg(err, errlen, "a rendered text is over %u bytes", RENDER_MAX);
+    json_t *s = e == TANDEM_OK ? json_stringn(b.data ? b.data : "", b.len) : NULL;
+    if (e == TANDEM_OK && !s)
+        tandem_errmsg(err, errlen, "a rendered text is not valid UTF-8");
+    mem_buf_deinit(&b);
+    return s;
+}
+
+/* One configured question as the API wants it, rendered for this run. */
+static json_t *question_json(const struct pipeline_run *r, const struct cquestion *cq, char *err,
+                             size_t errlen) {
+    const struct config_question *q = cq->q;
+    json_t *out = json_pack("{ssso}", "type", qtype_name(q->type), "instructions",
+                            render(r, cq->instructions, err, errlen));
+    if (!out)
+        return NULL;
+    json_t *crit = q->type == CONFIG_Q_SCORE ? json_array() : q->n_criteria ? json_object() : NULL;
+    for (size_t i = 0; crit && i < q->n_criteria; i++) {
+        json_t *text = render(r, cq->criteria[i], err, errlen);
+        if (!text || (q->keys ? json_object_set_new(crit, q->keys[i], text)
+                              : json_array_append_new(crit, text))) {
+            json_decref(crit);
+            json_decref(out);
+            return NULL;
+        }
+    }
+    if (crit)
+        json_object_set_new(out, "criteria", crit);
+    return out;
+}
+
+/* The questions of stage st; on failure NULL with err set. */
+static json_t *stage_questions(const struct pipeline_run *r, const struct cstage *st,
+                               json_t *first, char *err, size_t errlen) {
+    json_t *qs = json_object();
+    if (first)
+        json_object_set_new(qs, CONFIG_DECIDE_CHOICE_ID, first);
+    for (size_t i = 0; qs && i < st->n; i++) {
+        json_t *q = question_json(r, &st->qs[i], err, errlen);
+        if (!q) {
+            json_decref(qs);
+            return NULL;
+        }
+        json_object_set_new(qs, st->qs[i].q->id, q);
+    }
+    return qs;
+}
+
+/* --- runs: the verdict ------------------------------------------------------------------------- */
+
+static json_t *models_entry(const struct pipeline_run *r, const char *role, size_t model) {
+    const char *sha = r->set->models[model].file_sha256;
+    return json_pack("{ssssso}", "role", role, "name", model_name(r, model), "sha256",
+                     sha[0] ? json_string(sha) : json_null());
+}
+
+static void finish_verdict(struct pipeline_run *r, const char *verdict, const char *choice,
+                           const char *reason, json_t *escalation) {
+    json_t *body = json_pack("{sssssssossso}", "pipeline", r->cp->pl->name, "request_id",
+                             r->request_id, "verdict", verdict, "choice",
+                             choice ? json_string(choice) : json_null(), "reason", reason,
+                             "decide", json_incref(r->decide));
+    json_object_set(body, "attempts", r->attempts);
+    if (escalation)
+        json_object_set_new(body, "escalation", escalation);
+    json_object_set(body, "models", r->models);
+    json_object_set_new(body, "timing", json_pack("{sIsIsIsIsO}", "total_ms",
+                                                  (json_int_t)(host_now_ms() - r->t0),
+                                                  "queued_ms", (json_int_t)r->sum.queued_ms,
+                                                  "loading_ms", (json_int_t)r->sum.loading_ms,
+                                                  "running_ms", (json_int_t)r->sum.running_ms,
+                                                  "stages", r->stages));
+    json_object_set_new(body, "usage", json_pack("{sI}", "input_tokens",
+                                                 (json_int_t)(r->tokens < 0 ? 0 : r->tokens)));
+    if (!body) {
+        finish_error(r, 500, "internal_error", "out of memory");
+        return;
+    }
+    finish(r, 200, body, verdict);
+}
+
+static void escalate(struct pipeline_run *r, const char *why);
+
+/* The end of a rejected attempt or of a low-confidence decision. */
+static void rejected(struct pipeline_run *r, const char *why) {
+    if (r->cp->pl->on_reject == CONFIG_ON_REJECT_ESCALATE)
+        escalate(r, why);
+    else
+        finish_verdict(r, "rejected", NULL, why, NULL);
+}
+
+/* Whether answer (an engine answer object) passes th. */
+static bool passes(const struct config_threshold *th, const json_t *answer) {
+    if (th->option) {
+        const char *choice = json_string_value(json_object_get(answer, "choice"));
+        return choice && !strcmp(choice, th->option);
+    }
+    json_t *v = json_object_get(answer, "noul");
+    if (!v)
+        v = json_object_get(answer, "score");
+    if (!json_is_number(v))
+        return false;
+    double x = json_number_value(v);
+    return !strcmp(th->op, ">=") ? x >= th->value : !strcmp(th->op, ">") ? x > th->value
+         : !strcmp(th->op, "<=") ? x <= th->value : x < th->value;
+}
+
+static void verify_next(struct pipeline_run *r);
+
+/* Records a verify stage's answers with their thresholds. Returns the
+ * first failed question id, or NULL when every threshold passed. */
+static const char *judge_stage(struct pipeline_run *r, const struct cstage *st, json_t *answers,
+                               json_t *record) {
+    const char *failed = NULL;
+    json_t *qs = json_object();
+    for (size_t i = 0; i < st->n; i++) {
+        const struct cquestion *cq = &st->qs[i];
+        json_t *a = json_object_get(answers, cq->q->id);
+        json_object_set(r->verify_answers, cq->q->id, a ? a : json_null());
+        char th[300];
+        bool ok = !cq->threshold || passes(cq->threshold, a);
+        if (!ok && !failed)
+            failed = cq->q->id;
+        json_object_set_new(qs, cq->q->id,
+                            json_pack("{sOsoso}", "answer", a ? a : json_null(), "threshold",
+                                      cq->threshold ? json_string(threshold_text(cq->threshold, th,
+                                                                                 sizeof th))
+                                                    : json_null(),
+                                      "passed", cq->threshold ? json_boolean(ok) : json_null()));
+    }
+    json_object_set_new(record, "questions", qs);
+    json_object_set_new(record, "passed", json_boolean(!failed));
+    return failed;
+}
+
+static void on_verified(struct pipeline_run *r, json_t *response) {
+    const struct cstage *st = &r->cp->verify[r->stage];
+    json_t *record = json_pack("{sisss{}}", "stage", (int)r->stage, "model",
+                               model_name(r, st->model), "questions");
+    const char *failed = judge_stage(r, st, json_object_get(response, "answers"), record);
+    json_array_append_new(json_object_get(r->cur_attempt, "verify"), record);
+    json_decref(response);
+    const char *candidate = r->ranked[r->attempt];
+    if (!failed && ++r->stage < r->cp->pl->n_verify) {
+        verify_next(r);
+        return;
+    }
+    json_object_set_new(r->cur_attempt, "passed", json_boolean(!failed));
+    json_array_append(r->attempts, r->cur_attempt);
+    json_decref(r->cur_attempt);
+    r->cur_attempt = NULL;
+    char why[600];
+    if (!failed) {
+        snprintf(why, sizeof why, "%s passed every threshold (attempt %zu)", candidate,
+                 r->attempt + 1);
+        finish_verdict(r, "accepted", candidate, why, NULL);
+        return;
+    }
+    snprintf(why, sizeof why, "%s failed %s (attempt %zu)", candidate, failed, r->attempt + 1);
+    size_t limit = r->cp->pl->on_reject == CONFIG_ON_REJECT_NEXT_BEST ? r->max_attempts : 1;
+    if (++r->attempt < limit && r->attempt < r->n_ranked) {
+        r->stage = 0;
+        verify_next(r);
+        return;
+    }
+    if (r->cp->pl->on_reject == CONFIG_ON_REJECT_NEXT_BEST && r->attempt > 1)
+        snprintf(why + strlen(why), sizeof why - strlen(why), "; %zu of %zu candidates tried",
+                 r->attempt, r->n_ranked);
+    rejected(r, why);
+}
+
+/* Runs verify stage r->stage for candidate r->ranked[r->attempt]. */
+static void verify_next(struct pipeline_run *r) {
+    if (!r->cur_attempt) {
+        const char *c = r->ranked[r->attempt];
+        r->cur_attempt = json_pack("{sissso}", "attempt", (int)r->attempt + 1, "candidate", c,
+                                   "decide", json_incref(r->choice_answer));
+        json_object_set_new(r->cur_attempt, "verify", json_array());
+        json_object_clear(r->verify_answers);
+    }
+    char err[600] = "", name[STAGE_NAME_MAX];
+    const struct cstage *st = &r->cp->verify[r->stage];
+    json_t *qs = stage_questions(r, st, NULL, err, sizeof err);
+    snprintf(name, sizeof name, "verify[%zu]", r->stage);
+    if (!qs) {
+        finish_error(r, 502, "upstream_error", "pipeline %s, stage %s: %s", r->cp->pl->name,
+                     name, err);
+        return;
+    }
+    run_stage_or_fail(r, name, st->model, qs, on_verified);
+}
+
+/* --- runs: decide and escalate ------------------------------------------------------------------ */
+
+static int by_probability(const void *a, const void *b, void *probs) {
+    double pa = json_number_value(json_object_get(probs, *(const char *const *)a));
+    double pb = json_number_value(json_object_get(probs, *(const char *const *)b));
+    return pa > pb ? -1 : pa < pb ? 1 : 0;
+}
+
+/* Candidate names by decreasing probability, request order among equals
+ * (insertion sort: stable, and there are at most 255). */
+static bool rank_candidates(struct pipeline_run *r, json_t *probs) {
+    size_t n = json_object_size(r->candidates);
+    if (!(r->ranked = mem_calloc(n, sizeof *r->ranked)))
+        return false;
+    const char *key;
+    json_t *v;
+    json_object_foreach(r->candidates, key, v) {
+        size_t i = r->n_ranked++;
+        r->ranked[i] = key;
+        while (i > 0 && by_probability(&r->ranked[i - 1], &r->ranked[i], probs) > 0) {
+            const char *t = r->ranked[i - 1];
+            r->ranked[i - 1] = r->ranked[i];
+            r->ranked[i] = t;
+            i--;
+        }
+    }
+    return true;
+}
+
+/* Checks the decide answer covers every candidate with a probability. */
+static const char *missing_probability(const struct pipeline_run *r, json_t *probs) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(r->candidates, key, v) {
+        if (!json_is_number(json_object_get(probs, key)))
+            return key;
+    }
+    return NULL;
+}
+
+static void on_decided(struct pipeline_run *r, json_t *response) {
+    json_t *answers = json_object_get(response, "answers");
+    r->decide = json_pack("{sssO}", "model", model_name(r, r->stage_model), "answers", answers);
+    json_decref(response);
+    r->choice_answer = json_object_get(json_object_get(r->decide, "answers"), CONFIG_DECIDE_CHOICE_ID);
+    json_t *probs = json_object_get(r->choice_answer, "probabilities");
+    const char *missing = missing_probability(r, probs);
+    if (missing) {
+        finish_error(r, 502, "upstream_error", "pipeline %s, stage decide: model %s gave no "
+                     "probability for candidate %s", r->cp->pl->name,
+                     model_name(r, r->stage_model), missing);
+        return;
+    }
+    if (!rank_candidates(r, probs)) {
+        finish_error(r, 500, "internal_error", "out of memory");
+        return;
+    }
+    double confidence = json_number_value(json_object_get(r->choice_answer, "confidence"));
+    if (confidence < r->min_confidence) {
+        char why[300];
+        snprintf(why, sizeof why, "decide confidence %.3f is below min_confidence %.3f",
+                 confidence, r->min_confidence);
+        rejected(r, why);
+        return;
+    }
+    verify_next(r);
+}
+
+static void on_escalated_model(struct pipeline_run *r, json_t *response) {
+    json_t *answers = json_object_get(response, "answers");
+    const char *choice = json_string_value(
+        json_object_get(json_object_get(answers, CONFIG_DECIDE_CHOICE_ID), "choice"));
+    json_t *esc = json_pack("{sssO}", "model", model_name(r, r->stage_model), "answers", answers);
+    char why[sizeof r->why + 100];
+    snprintf(why, sizeof why, "%s; escalated to model %s", r->why, model_name(r, r->stage_model));
+    finish_verdict(r, "escalated", choice, why, esc);
+    json_decref(response);
+}
+
+static void add_nested_costs(struct pipeline_run *r, const struct pipeline_outcome *o) {
+    r->sum.queued_ms += o->sum.queued_ms;
+    r->sum.loading_ms += o->sum.loading_ms;
+    r->sum.running_ms += o->sum.running_ms;
+    if (o->input_tokens > 0)
+        r->tokens = (r->tokens < 0 ? 0 : r->tokens) + o->input_tokens;
+}
+
+static void on_nested_done(void *user, struct pipeline_outcome *o) {
+    struct pipeline_run *r = user;
+    const char *to = r->cp->pl->escalate_pipeline;
+    r->nested = NULL;
+    add_nested_costs(r, o);
+    json_t *err = json_object_get(o->body, "error");
+    if (o->status != 200) {
+        const char *type = json_string_value(json_object_get(err, "type"));
+        const char *msg = json_string_value(json_object_get(err, "message"));
+        finish_error(r, o->status, type ? type : "upstream_error", "escalated to pipeline %s: %s",
+                     to, msg ? msg : "failed");
+        json_decref(o->body);
+        return;
+    }
+    bool accepted = !strcmp(o->verdict, "accepted");
+    char why[sizeof r->why + 300];
+    snprintf(why, sizeof why, "%s; escalated to pipeline %s, which %s", r->why, to, o->verdict);
+    json_t *esc = json_pack("{ssso}", "pipeline", to, "result", o->body); /* o->body stolen */
+    const char *choice = accepted ? json_string_value(json_object_get(o->body, "choice")) : NULL;
+    finish_verdict(r, "escalated", choice, why, esc);
+}
+
+static tandem_err start_run(const struct pipeline_set *s, const struct pipeline_env *env,
+                            const struct cpipeline *cp, const json_t *request,
+                            const char *request_id, int64_t deadline_ms, pipeline_done_fn done,
+                            void *user, struct pipeline_run **out, int *status, char *err,
+                            size_t errlen, char *param, size_t paramlen);
+
+/* Hands the request to escalate.pipeline, or asks escalate.model to decide. */
+static void escalate(struct pipeline_run *r, const char *why) {
+    snprintf(r->why, sizeof r->why, "%s", why);
+    const struct config_pipeline *pl = r->cp->pl;
+    if (pl->escalate_model) {
+        char err[600] = "";
+        json_t *first = json_pack("{sssOsO}", "type", "choice", "instructions", r->instructions,
+                                  "criteria", r->candidates);
+        json_t *qs = stage_questions(r, &r->cp->decide, first, err, sizeof err);
+        if (!qs) {
+            finish_error(r, 500, "internal_error", "pipeline %s, stage escalate: %s", pl->name,
+                         err);
+            return;
+        }
+        run_stage_or_fail(r, "escalate", r->cp->escalate_model, qs, on_escalated_model);
+        return;
+    }
+    int status;
+    char msg[1000], param[128];
+    const struct cpipeline *to = find(r->set, pl->escalate_pipeline);
+    if (start_run(r->set, &r->env, to, r->request, r->request_id, r->deadline, on_nested_done, r,
+                  &r->nested, &status, msg, sizeof msg, param, sizeof param) != TANDEM_OK)
+        finish_error(r, status, status == 400 ? "invalid_request_error" : "unavailable_error",
+                     "escalated to pipeline %s: %s", pl->escalate_pipeline, msg);
+}
+
+/* --- runs: the request ------------------------------------------------------------------------- */
+
+static bool text_like(const json_t *v) {
+    return json_is_string(v) || json_is_object(v) || json_is_array(v);
+}
+
+__attribute__((format(printf, 6, 7))) static tandem_err bad_request(
+    char *err, size_t errlen, char *param, size_t paramlen, const char *field, const char *fmt,
+    ...) {
+    char what[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    tandem_errmsg(err, errlen, "%s: %s", field, what);
+    if (param && paramlen)
+        snprintf(param, paramlen, "%s", field);
+    return TANDEM_ERR_FORMAT;
+}
+
+static tandem_err check_candidates(const json_t *c, unsigned max, char *err, size_t errlen,
+                                   char *param, size_t paramlen) {
+    if (!json_is_object(c))
+        return bad_request(err, errlen, param, paramlen, "candidates",
+                           "required: an object of option -> description");
+    size_t n = json_object_size(c);
+    if (n < 2 || n > max)
+        return bad_request(err, errlen, param, paramlen, "candidates",
+                           "expected 2 to %u options, got %zu", max, n);
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)c, key, v) {
+        if (!key[0])
+            return bad_request(err, errlen, param, paramlen, "candidates",
+                               "an option name is empty");
+        if (!text_like(v) && !json_is_null(v))
+            return bad_request(err, errlen, param, paramlen, "candidates",
+                               "%s: expected a string, object, array or null", key);
+    }
+    return TANDEM_OK;
+}
+
+/* Checks the request against the pipeline request contract and sets the
+ * run's request fields and overrides. */
+static tandem_err take_request(struct pipeline_run *r, const json_t *req, char *err, size_t errlen,
+                               char *param, size_t paramlen) {
+    static const char *const known[] = {"state", "candidates", "instructions", "max_attempts",
+                                        "min_confidence", NULL};
+    const char *key;
+    json_t *v;
+    if (!json_is_object(req))
+        return bad_request(err, errlen, param, paramlen, "(body)", "expected a JSON object");
+    json_object_foreach((json_t *)req, key, v) {
+        size_t i = 0;
+        while (known[i] && strcmp(known[i], key))
+            i++;
+        if (!known[i])
+            return bad_request(err, errlen, param, paramlen, key, "unknown field (a pipeline "
+                               "request takes state, candidates, instructions, max_attempts, "
+                               "min_confidence)");
+    }
+    if (!text_like(r->state = json_object_get(req, "state")))
+        return bad_request(err, errlen, param, paramlen, "state",
+                           "required: a string, object or array");
+    unsigned max = r->set->models[r->cp->decide.model].max_options;
+    tandem_err e = check_candidates(r->candidates = json_object_get(req, "candidates"), max, err,
+                                    errlen, param, paramlen);
+    if (e != TANDEM_OK)
+        return e;
+    json_t *ins = json_object_get(req, "instructions");
+    if (ins && !text_like(ins))
+        return bad_request(err, errlen, param, paramlen, "instructions",
+                           "expected a string, object or array");
+    if (!ins && !r->cp->instructions)
+        return bad_request(err, errlen, param, paramlen, "instructions",
+                           "required: pipeline %s has no default decide.instructions",
+                           r->cp->pl->name);
+    json_t *ma = json_object_get(req, "max_attempts");
+    if (ma && (!json_is_integer(ma) || json_integer_value(ma) < 1 ||
+               json_integer_value(ma) > MAX_ATTEMPTS_LIMIT))
+        return bad_request(err, errlen, param, paramlen, "max_attempts",
+                           "expected an integer from 1 to %d", MAX_ATTEMPTS_LIMIT);
+    json_t *mc = json_object_get(req, "min_confidence");
+    if (mc && (!json_is_number(mc) || json_number_value(mc) < 0 || json_number_value(mc) > 1))
+        return bad_request(err, errlen, param, paramlen, "min_confidence",
+                           "expected a number from 0 to 1");
+    r->max_attempts = ma ? (unsigned)json_integer_value(ma) : r->cp->pl->max_attempts;
+    r->min_confidence = mc ? json_number_value(mc) : r->cp->pl->min_confidence;
+    r->instructions = json_incref(ins);
+    return TANDEM_OK;
+}
+
+/* The decide stage's questions: the choice over the candidates (with the
+ * request's instructions, else the pipeline's default), then the extras. */
+static json_t *decide_questions(struct pipeline_run *r, char *err, size_t errlen) {
+    if (!r->instructions && !(r->instructions = render(r, r->cp->instructions, err, errlen)))
+        return NULL;
+    json_t *first = json_pack("{sssOsO}", "type", "choice", "instructions", r->instructions,
+                              "criteria", r->candidates);
+    return stage_questions(r, &r->cp->decide, first, err, errlen);
+}
+
+static struct pipeline_run *run_new(const struct pipeline_set *s, const struct pipeline_env *env,
+                                    const struct cpipeline *cp, const json_t *request,
+                                    const char *request_id, int64_t deadline_ms) {
+    struct pipeline_run *r = mem_calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    *r = (struct pipeline_run){.set = s, .cp = cp, .env = *env, .deadline = deadline_ms,
+                               .t0 = host_now_ms(), .tokens = -1};
+    snprintf(r->request_id, sizeof r->request_id, "%s", request_id);
+    r->request = json_deep_copy(request);
+    r->attempts = json_array();
+    r->verify_answers = json_object();
+    r->stages = json_array();
+    r->models = json_array();
+    if (!r->request || !r->attempts || !r->verify_answers || !r->stages || !r->models) {
+        run_free(r);
+        return NULL;
+    }
+    json_array_append_new(r->models, models_entry(r, "decide", cp->decide.model));
+    for (size_t v = 0; v < cp->pl->n_verify; v++)
+        json_array_append_new(r->models, models_entry(r, "verify", cp->verify[v].model));
+    if (cp->escalate_model != SIZE_MAX)
+        json_array_append_new(r->models, models_entry(r, "escalate", cp->escalate_model));
+    return r;
+}
+
+static tandem_err start_run(const struct pipeline_set *s, const struct pipeline_env *env,
+                            const struct cpipeline *cp, const json_t *request,
+                            const char *request_id, int64_t deadline_ms, pipeline_done_fn done,
+                            void *user, struct pipeline_run **out, int *status, char *err,
+                            size_t errlen, char *param, size_t paramlen) {
+    *out = NULL;
+    if (param && paramlen)
+        param[0] = '\0';
+    struct pipeline_run *r = run_new(s, env, cp, request, request_id, deadline_ms);
+    if (!r) {
+        *status = 500;
+        tandem_errmsg(err, errlen, "out of memory");
+        return TANDEM_ERR_NOMEM;
+    }
+    r->done = done;
+    r->user = user;
+    tandem_err e = take_request(r, r->request, err, errlen, param, paramlen);
+    json_t *qs = e == TANDEM_OK ? decide_questions(r, err, errlen) : NULL;
+    if (e == TANDEM_OK && !qs)
+        e = TANDEM_ERR_FORMAT; /* the default instructions did not render */
+    if (e == TANDEM_OK)
+        e = run_stage(r, "decide", cp->decide.model, qs, on_decided);
+    if (e != TANDEM_OK) {
+        *status = e == TANDEM_ERR_FORMAT ? 400 : e == TANDEM_ERR_TOOBIG ? 429
+                : e == TANDEM_ERR_UNSUPPORTED ? 503 : 500;
+        if (e == TANDEM_ERR_TOOBIG)
+            tandem_errmsg(err, errlen, "the admission queue is full (limits.queue_depth); retry later");
+        else if (e == TANDEM_ERR_UNSUPPORTED)
+            tandem_errmsg(err, errlen, "tandem is shutting down");
+        run_free(r);
+        return e;
+    }
+    *out = r;
+    return TANDEM_OK;
+}
+
+tandem_err pipeline_run_start(const struct pipeline_set *s, const struct pipeline_env *env,
+                              const char *name, const json_t *request, const char *request_id,
+                              int64_t deadline_ms, pipeline_done_fn done, void *user,
+                              struct pipeline_run **run, int *status, char *err, size_t errlen,
+                              char *param, size_t paramlen) {
+    const struct cpipeline *cp = find(s, name);
+    if (!cp) {
+        *run = NULL;
+        *status = 404;
+        tandem_errmsg(err, errlen, "no pipeline named \"%s\"", name);
+        if (param && paramlen)
+            snprintf(param, paramlen, "pipeline");
+        return TANDEM_ERR_NOTFOUND;
+    }
+    return start_run(s, env, cp, request, request_id, deadline_ms, done, user, run, status, err,
+                     errlen, param, paramlen);
+}
+
+void pipeline_run_cancel(struct pipeline_run *r) {
+    if (!r)
+        return;
+    if (r->nested)
+        pipeline_run_cancel(r->nested);
+    if (r->up)
+        http_upstream_cancel(r->up);
+    if (r->job)
+        sched_job_cancel(r->job);
+    run_free(r);
+}
+
+/* --- the same pipelines on POST /v1/systemone ---------------------------------------------- */
+
+/* Whether key names a field of a choice question. */
+static bool choice_question_key(const char *key) {
+    return !strcmp(key, "type") || !strcmp(key, "instructions") || !strcmp(key, "criteria");
+}
+
+/* Checks that questions holds one choice question; sets *name and *q. */
+static tandem_err the_choice_question(const json_t *questions, const char **name, json_t **q,
+                                      char *err, size_t errlen, char *param, size_t paramlen) {
+    if (!json_is_object(questions) || json_object_size(questions) != 1)
+        return bad_request(err, errlen, param, paramlen, "questions",
+                           "a pipeline takes exactly one question: a choice whose criteria "
+                           "are the candidates");
+    void *it = json_object_iter((json_t *)questions);
+    *name = json_object_iter_key(it);
+    *q = json_object_iter_value(it);
+    char field[PIPELINE_QUESTION_MAX + 32];
+    if (!**name || strlen(*name) >= PIPELINE_QUESTION_MAX)
+        return bad_request(err, errlen, param, paramlen, "questions",
+                           "a question name takes 1 to %d bytes", PIPELINE_QUESTION_MAX - 1);
+    snprintf(field, sizeof field, "questions.%s.type", *name);
+    const char *type = json_string_value(json_object_get(*q, "type"));
+    if (!type || strcmp(type, "choice"))
+        return bad_request(err, errlen, param, paramlen, field, "expected \"choice\": a "
+                           "pipeline's question is the choice among its candidates");
+    const char *key;
+    json_t *v;
+    json_object_foreach(*q, key, v) {
+        snprintf(field, sizeof field, "questions.%s.%s", *name, key);
+        if (!choice_question_key(key))
+            return bad_request(err, errlen, param, paramlen, field, "unknown field (a choice "
+                               "question takes type, instructions, criteria)");
+    }
+    return TANDEM_OK;
+}
+
+tandem_err pipeline_request_from_systemone(const json_t *request, json_t **out,
+                                           char question[PIPELINE_QUESTION_MAX], char *err,
+                                           size_t errlen, char *param, size_t paramlen) {
+    *out = NULL;
+    const char *name = NULL;
+    json_t *q = NULL;
+    if (!json_is_object(request))
+        return bad_request(err, errlen, param, paramlen, "(body)", "expected a JSON object");
+    tandem_err e = the_choice_question(json_object_get(request, "questions"), &name, &q, err,
+                                       errlen, param, paramlen);
+    if (e != TANDEM_OK)
+        return e;
+    json_t *req = json_object();
+    if (!req)
+        return TANDEM_ERR_NOMEM;
+    const char *key;
+    json_t *v;
+    int failed = 0;
+    json_object_foreach((json_t *)request, key, v) {
+        if (strcmp(key, "model") && strcmp(key, "questions"))
+            failed |= json_object_set(req, key, v);
+    }
+    json_t *ins = json_object_get(q, "instructions"), *criteria = json_object_get(q, "criteria");
+    if (ins && !json_is_null(ins))
+        failed |= json_object_set(req, "instructions", ins);
+    if (criteria)
+        failed |= json_object_set(req, "candidates", criteria);
+    if (failed) {
+        json_decref(req);
+        return TANDEM_ERR_NOMEM;
+    }
+    snprintf(question, PIPELINE_QUESTION_MAX, "%s", name);
+    *out = req;
+    return TANDEM_OK;
+}
+
+/* The choice answer the verdict's choice came from: the escalation's when the
+ * pipeline escalated, else the decide stage's. */
+static json_t *deciding_answer(const json_t *body) {
+    json_t *esc = json_object_get(body, "escalation");
+    json_t *nested = json_object_get(esc, "result");
+    if (nested)
+        return deciding_answer(nested);
+    json_t *from = esc ? esc : json_object_get(body, "decide");
+    return json_object_get(json_object_get(from, "answers"), CONFIG_DECIDE_CHOICE_ID);
+}
+
+tandem_err pipeline_answer_to_systemone(json_t *body, const char *model, const char *question) {
+    json_t *answers = json_object();
+    const char *choice = json_string_value(json_object_get(body, "choice"));
+    if (answers && choice) {
+        json_t *probs = json_object_get(deciding_answer(body), "probabilities");
+        json_t *p = json_object_get(probs, choice);
+        json_t *answer = json_pack("{sssssfso}", "type", "choice", "choice", choice,
+                                   "confidence", p ? json_number_value(p) : 0.0, "probabilities",
+                                   probs ? json_incref(probs) : json_object());
+        if (json_object_set_new(answers, question, answer)) {
+            json_decref(answers);
+            return TANDEM_ERR_NOMEM;
+        }
+    }
+    if (json_object_set_new(body, "answers", answers) ||
+        json_object_set_new(body, "model", json_string(model)))
+        return TANDEM_ERR_NOMEM;
+    return TANDEM_OK;
+}

@@ -1,0 +1,993 @@
+/* sched.c: which models are resident, and which request runs when.
+ *
+ * Design. Everything happens on the loop, driven by one function, kick(),
+ * called after every change (a job arrives or ends, a child becomes ready or
+ * exits, a timer fires). kick() first starts waiting jobs, oldest first, on
+ * resident models with free slots; then looks at the oldest job whose model
+ * is not resident and makes room for it:
+ *   1. load it if it fits beside every model holding memory (resident,
+ *      loading, or stopping: a stopping child's memory is not free until it
+ *      has exited, so nothing loads into it before);
+ *   2. else stop idle residents, lowest priority then least recently used
+ *      first, never a pinned one, if that frees enough;
+ *   3. else drain busy residents (no new jobs start on them; they stop when
+ *      their running jobs end) once they have had their turn: they started
+ *      group_limit jobs while this one waited, or they have held the device
+ *      for max_wait of its wait (counted from their readiness, so a slow load
+ *      does not use up the turn). An idle resident whose client may come
+ *      back (it finished a job less than GROUP_LINGER_MS ago) counts as busy.
+ *      That is the grouping that keeps alternating clients from forcing a
+ *      swap per request, and max_wait is its starvation bound.
+ * Only the oldest such job is served this way (head of line for memory), so
+ * a stream of small models cannot starve a large one.
+ *
+ * A job's deadline is a timer; a job that has not started or finished by then
+ * fails with 504 and where its time went. A child that exits unasked fails
+ * its running jobs with 502 naming the exit status; the next demand restarts
+ * it, after a backoff that doubles while it keeps crashing. */
+#include "serve/sched.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "engine/engine_child.h"
+#include "plan/footprint.h"
+#include "base/host.h"
+#include "serve/http.h"
+#include "base/mem.h"
+
+#define HEALTH_POLL_MS 50
+#define UPSTREAM_EXIT_WAIT_MS 250 /* how long an engine hang-up waits for its exit status */
+#define BACKOFF_FIRST_MS 1000
+/* a resident that just finished keeps its engine this long for its client's
+ * next request before a waiting model may take its memory (grouping) */
+#define GROUP_LINGER_MS 150
+#define BACKOFF_MAX_MS 30000
+
+enum job_phase { JOB_WAITING, JOB_RUNNING, JOB_FAILING };
+
+struct smodel;
+
+struct sched_job {
+    TAILQ_ENTRY(sched_job) link; /* in s->waiting or m->running */
+    struct sched *s;
+    struct smodel *m;
+    const struct sched_job_ops *ops;
+    void *user;
+    enum job_phase phase;
+    int64_t submitted, started, deadline, loading_ms;
+    struct event *timer; /* the deadline; then the wait for an exit status */
+    char *upstream_msg;
+};
+TAILQ_HEAD(job_list, sched_job);
+
+struct smodel {
+    struct sched *s;
+    size_t index;
+    char *name, *path;
+    const struct plan_model *pm;
+    struct plan_settings settings;
+    uint64_t gpu, host;
+    int64_t keep_alive_ms, load_timeout_ms;
+    bool pin;
+    bool load_asked; /* an admin load waits for evicted engines to exit */
+    int32_t priority;
+    char **extra;
+    enum sched_state state;
+    struct engine_child *child;
+    char log_path[4200];
+    struct event *exit_ev;
+    struct event *timer;     /* loading: health poll; stopping: SIGKILL; resident: keep-alive */
+    struct event *load_ev;   /* loading: the load timeout */
+    struct event *retry_ev;  /* backoff over: kick */
+    struct http_upstream *health;
+    struct job_list running;
+    uint32_t n_running, n_waiting, group_count, crashes;
+    bool draining, stop_asked;
+    int64_t last_used, load_started, ready_at, retry_at;
+    uint64_t loads, evictions, crash_total;
+    uint64_t measured_gpu, measured_host;
+    char last_error[1024];
+};
+
+struct sched {
+    struct event_base *base;
+    struct sched_params p;
+    char *engine, *log_dir;
+    struct smodel **models;
+    size_t n_models;
+    struct job_list waiting;
+    uint32_t n_waiting;
+    struct http_client *http;
+    struct event *starve_ev;
+    bool shutting_down;
+    void (*done)(void *);
+    void *done_user;
+    struct prom_metric *m_loads, *m_evictions, *m_crashes, *m_load_seconds, *m_resident,
+        *m_queue, *m_state;
+};
+
+static void kick(struct sched *s);
+static void stop_model(struct smodel *m, const char *reason);
+
+/* --- metrics ------------------------------------------------------------------------------- */
+
+static void register_metrics(struct sched *s) {
+    struct prom *p = s->p.metrics;
+    if (!p)
+        return;
+    static const char *const model[] = {"model", NULL};
+    static const char *const model_device[] = {"model", "device", NULL};
+    static const double load_bounds[] = {0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120};
+    s->m_loads = prom_register(p, PROM_COUNTER, "tandem_model_loads_total",
+                               "Engine starts that became ready", model, NULL, 0);
+    static const char *const model_reason[] = {"model", "reason", NULL};
+    s->m_evictions = prom_register(p, PROM_COUNTER, "tandem_model_evictions_total",
+                                   "Engines stopped, by reason: room, keep_alive, admin, shutdown",
+                                   model_reason, NULL, 0);
+    s->m_crashes = prom_register(p, PROM_COUNTER, "tandem_model_crashes_total",
+                                 "Engines that exited unasked", model, NULL, 0);
+    s->m_load_seconds = prom_register(p, PROM_HISTOGRAM, "tandem_model_load_seconds",
+                                      "Spawn to healthy", model, load_bounds,
+                                      sizeof load_bounds / sizeof *load_bounds);
+    s->m_resident = prom_register(p, PROM_GAUGE, "tandem_model_resident_bytes",
+                                  "Planned bytes of resident engines", model_device, NULL, 0);
+    s->m_queue = prom_register(p, PROM_GAUGE, "tandem_queue_depth", "Jobs waiting", NULL, NULL, 0);
+    s->m_state = prom_register(p, PROM_GAUGE, "tandem_model_resident",
+                               "1 while the model's engine is resident", model, NULL, 0);
+}
+
+static void count(struct prom_metric *metric, struct smodel *m, double v) {
+    const char *labels[] = {m->name};
+    if (metric)
+        prom_add(metric, labels, v);
+}
+
+static void publish_state(struct smodel *m) {
+    struct sched *s = m->s;
+    bool holds = m->state == SCHED_RESIDENT;
+    const char *gpu[] = {m->name, "gpu"}, *host[] = {m->name, "host"}, *one[] = {m->name};
+    if (s->m_resident) {
+        prom_set(s->m_resident, gpu, holds ? (double)m->gpu : 0);
+        prom_set(s->m_resident, host, holds ? (double)m->host : 0);
+    }
+    if (s->m_state)
+        prom_set(s->m_state, one, holds);
+    if (s->m_queue)
+        prom_set(s->m_queue, NULL, s->n_waiting);
+}
+
+/* --- small helpers --------------------------------------------------------------------------- */
+
+static void timer_in(struct event *ev, int64_t ms) {
+    if (ms < 0)
+        ms = 0;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    event_add(ev, &tv);
+}
+
+static bool holds_memory(const struct smodel *m) {
+    return m->state == SCHED_LOADING || m->state == SCHED_RESIDENT || m->state == SCHED_STOPPING;
+}
+
+/* Whether m fits beside every model holding memory, minus those in freeing. */
+static bool fits(const struct sched *s, const struct smodel *m, uint64_t free_gpu,
+                 uint64_t free_host) {
+    uint64_t gpu = m->gpu, host = m->host;
+    for (size_t i = 0; i < s->n_models; i++)
+        if (s->models[i] != m && holds_memory(s->models[i]))
+            gpu += s->models[i]->gpu, host += s->models[i]->host;
+    gpu = gpu > free_gpu ? gpu - free_gpu : 0;
+    host = host > free_host ? host - free_host : 0;
+    return gpu <= s->p.gpu_budget && host <= s->p.host_budget;
+}
+
+static bool idle(const struct smodel *m) { return m->n_running == 0 && m->n_waiting == 0; }
+
+/* --- jobs ----------------------------------------------------------------------------------- */
+
+static void job_free(struct sched_job *j) {
+    struct sched *s = j->s;
+    struct smodel *m = j->m;
+    if (j->phase == JOB_WAITING) {
+        TAILQ_REMOVE(&s->waiting, j, link);
+        s->n_waiting--;
+        m->n_waiting--;
+    } else {
+        TAILQ_REMOVE(&m->running, j, link);
+        m->n_running--;
+    }
+    m->last_used = host_now_ms();
+    if (j->timer)
+        event_free(j->timer);
+    mem_free(j->upstream_msg);
+    mem_free(j);
+    publish_state(m);
+}
+
+/* Ends j through its fail callback, then frees it. */
+static void job_fail(struct sched_job *j, int status, const char *type, const char *msg) {
+    j->ops->fail(j, status, type, msg, j->user);
+    job_free(j);
+}
+
+static int64_t loading_overlap(const struct sched_job *j, int64_t now) {
+    const struct smodel *m = j->m;
+    int64_t from = j->submitted > m->load_started ? j->submitted : m->load_started;
+    int64_t to = m->state == SCHED_LOADING ? now : m->ready_at;
+    return m->load_started && to > from ? to - from : 0;
+}
+
+void sched_job_timing(const struct sched_job *j, struct sched_timing *t) {
+    int64_t now = host_now_ms();
+    int64_t end_wait = j->phase == JOB_WAITING ? now : j->started;
+    int64_t loading = j->phase == JOB_WAITING ? loading_overlap(j, now) : j->loading_ms;
+    t->loading_ms = loading;
+    t->queued_ms = end_wait - j->submitted - loading;
+    if (t->queued_ms < 0)
+        t->queued_ms = 0;
+    t->running_ms = j->phase == JOB_WAITING ? 0 : now - j->started;
+}
+
+size_t sched_job_model(const struct sched_job *j) { return j->m->index; }
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    struct sched_job *j = arg;
+    if (j->phase == JOB_FAILING) { /* the wait for an exit status is over */
+        char msg[700];
+        snprintf(msg, sizeof msg, "model %s: %s", j->m->name,
+                 j->upstream_msg ? j->upstream_msg : "the engine connection failed");
+        struct sched *s = j->s;
+        job_fail(j, 502, "upstream_error", msg);
+        kick(s);
+        return;
+    }
+    struct sched_timing t;
+    sched_job_timing(j, &t);
+    const char *where = j->phase == JOB_RUNNING ? "running"
+                        : t.loading_ms > t.queued_ms ? "loading" : "queued";
+    char msg[400];
+    snprintf(msg, sizeof msg,
+             "deadline exceeded while %s (model %s): queued %lld ms, loading %lld ms, "
+             "running %lld ms",
+             where, j->m->name, (long long)t.queued_ms, (long long)t.loading_ms,
+             (long long)t.running_ms);
+    struct sched *s = j->s;
+    job_fail(j, 504, "deadline_exceeded", msg);
+    kick(s);
+}
+
+static void job_start(struct sched_job *j) {
+    struct sched *s = j->s;
+    struct smodel *m = j->m;
+    TAILQ_REMOVE(&s->waiting, j, link);
+    s->n_waiting--;
+    m->n_waiting--;
+    j->started = host_now_ms();
+    j->loading_ms = loading_overlap(j, j->started);
+    j->phase = JOB_RUNNING;
+    TAILQ_INSERT_TAIL(&m->running, j, link);
+    m->n_running++;
+    m->last_used = j->started;
+    event_del(m->timer); /* no keep-alive expiry while busy */
+    for (size_t i = 0; i < s->n_models; i++)
+        if (s->models[i] != m && s->models[i]->n_waiting && !holds_memory(s->models[i])) {
+            m->group_count++; /* started while another model waits for memory */
+            break;
+        }
+    publish_state(m);
+    j->ops->start(j, engine_child_port(m->child), j->user);
+}
+
+tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms,
+                        const struct sched_job_ops *ops, void *user, struct sched_job **job,
+                        uint32_t *position) {
+    *job = NULL;
+    if (index >= s->n_models)
+        return TANDEM_ERR_RANGE;
+    if (s->shutting_down)
+        return TANDEM_ERR_UNSUPPORTED;
+    if (s->n_waiting >= s->p.queue_depth)
+        return TANDEM_ERR_TOOBIG;
+    struct sched_job *j = mem_calloc(1, sizeof *j);
+    if (!j)
+        return TANDEM_ERR_NOMEM;
+    struct smodel *m = s->models[index];
+    *j = (struct sched_job){.s = s, .m = m, .ops = ops, .user = user, .phase = JOB_WAITING,
+                            .submitted = host_now_ms(), .deadline = deadline_ms};
+    j->timer = event_new(s->base, -1, 0, on_deadline, j);
+    if (!j->timer) {
+        mem_free(j);
+        return TANDEM_ERR_NOMEM;
+    }
+    if (deadline_ms > 0)
+        timer_in(j->timer, deadline_ms - j->submitted);
+    *position = s->n_waiting;
+    TAILQ_INSERT_TAIL(&s->waiting, j, link);
+    s->n_waiting++;
+    m->n_waiting++;
+    *job = j;
+    publish_state(m);
+    kick(s);
+    return TANDEM_OK;
+}
+
+void sched_job_done(struct sched_job *j, bool ok) {
+    struct sched *s = j->s;
+    if (ok)
+        j->m->crashes = 0;
+    job_free(j);
+    kick(s);
+}
+
+void sched_job_cancel(struct sched_job *j) { sched_job_done(j, false); }
+
+void sched_job_upstream_failed(struct sched_job *j, const char *upstream_message) {
+    if (j->phase != JOB_RUNNING)
+        return;
+    j->phase = JOB_FAILING;
+    j->upstream_msg = mem_strdup(upstream_message);
+    event_del(j->timer);
+    timer_in(j->timer, UPSTREAM_EXIT_WAIT_MS);
+}
+
+/* --- engine lifecycle ----------------------------------------------------------------------- */
+
+static void fail_waiting(struct smodel *m, int status, const char *type, const char *msg) {
+    struct sched_job *j, *next;
+    for (j = TAILQ_FIRST(&m->s->waiting); j; j = next) {
+        next = TAILQ_NEXT(j, link);
+        if (j->m == m)
+            job_fail(j, status, type, msg);
+    }
+}
+
+static void fail_running(struct smodel *m, int status, const char *type, const char *msg) {
+    struct sched_job *j;
+    while ((j = TAILQ_FIRST(&m->running)))
+        job_fail(j, status, type, msg);
+}
+
+static void set_state(struct smodel *m, enum sched_state st) {
+    m->state = st;
+    publish_state(m);
+}
+
+/* The child is gone (reaped): forget it. */
+static void drop_child(struct smodel *m) {
+    event_del(m->timer);
+    event_del(m->load_ev);
+    if (m->exit_ev) {
+        event_free(m->exit_ev);
+        m->exit_ev = NULL;
+    }
+    if (m->health) {
+        http_upstream_cancel(m->health);
+        m->health = NULL;
+    }
+    if (m->child)
+        http_client_drop_port(m->s->http, engine_child_port(m->child));
+    engine_child_free(m->child);
+    m->child = NULL;
+    m->draining = m->stop_asked = false;
+    m->group_count = 0;
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    struct smodel *m = arg;
+    kick(m->s);
+}
+
+/* An exit nobody asked for: count it, fail what depended on it, back off. */
+static void crashed(struct smodel *m, const char *why) {
+    bool loading = m->state == SCHED_LOADING;
+    char tail[256] = "";
+    engine_child_log_tail(m->child, tail, sizeof tail);
+    const char *msg = m->last_error;
+    tandem_errmsg(m->last_error, sizeof m->last_error, "model %s: llama-server %s%s (log %s%s%s)",
+                  m->name, why, loading ? " while loading" : "", m->log_path, tail[0] ? ": " : "",
+                  tail);
+    m->crashes++;
+    m->crash_total++;
+    count(m->s->m_crashes, m, 1);
+    int64_t backoff = 0;
+    if (m->crashes > 1) {
+        backoff = BACKOFF_FIRST_MS << (m->crashes - 2 < 5 ? m->crashes - 2 : 5);
+        backoff = backoff > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff;
+    }
+    m->retry_at = host_now_ms() + backoff;
+    drop_child(m);
+    set_state(m, loading ? SCHED_FAILED : SCHED_UNLOADED);
+    fail_running(m, 502, "upstream_error", msg);
+    if (loading)
+        fail_waiting(m, 502, "upstream_error", msg);
+    if (backoff)
+        timer_in(m->retry_ev, backoff);
+    fprintf(stderr, "tandem: %s; next start %s\n", msg, backoff ? "after a backoff" : "on demand");
+}
+
+static void on_exit_fd(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    struct smodel *m = arg;
+    bool exited = false;
+    int status = 0;
+    engine_child_poll(m->child, &exited, &status);
+    if (!exited)
+        return;
+    char why[96];
+    engine_child_describe_status(status, why, sizeof why);
+    if (m->state == SCHED_STOPPING) {
+        fprintf(stderr, "tandem: %s stopped (%s)\n", m->name, why);
+        drop_child(m);
+        set_state(m, SCHED_UNLOADED);
+    } else {
+        crashed(m, why);
+    }
+    kick(m->s);
+}
+
+static void record_footprint(struct smodel *m) {
+    char key[HASH_SHA256_HEX_LEN + 1], err[512];
+    struct footprint_measure meas;
+    if (footprint_record_log(m->pm, &m->settings, m->log_path, engine_child_pid(m->child), key,
+                             NULL, 0, err, sizeof err) != TANDEM_OK ||
+        footprint_load(key, &meas, NULL, 0) != TANDEM_OK) {
+        fprintf(stderr, "tandem: %s: footprint not recorded: %s\n", m->name, err);
+        return;
+    }
+    m->measured_gpu = m->measured_host = 0;
+    for (int p = 0; p < PLAN_PART_COUNT; p++) {
+        m->measured_gpu += meas.bytes[PLAN_DEVICE_GPU][p];
+        m->measured_host += meas.bytes[PLAN_DEVICE_HOST][p];
+    }
+    if (meas.process_bytes)
+        m->measured_gpu = meas.process_bytes;
+}
+
+static void became_ready(struct smodel *m) {
+    m->ready_at = host_now_ms();
+    event_del(m->timer);
+    event_del(m->load_ev);
+    set_state(m, SCHED_RESIDENT);
+    m->loads++;
+    m->last_used = m->ready_at;
+    m->group_count = 0;
+    count(m->s->m_loads, m, 1);
+    const char *labels[] = {m->name};
+    double secs = (double)(m->ready_at - m->load_started) / 1000.0;
+    if (m->s->m_load_seconds)
+        prom_observe(m->s->m_load_seconds, labels, secs);
+    fprintf(stderr, "tandem: %s ready in %.2f s on port %u (pid %ld)\n", m->name, secs,
+            (unsigned)engine_child_port(m->child), (long)engine_child_pid(m->child));
+    record_footprint(m);
+    kick(m->s);
+}
+
+static void health_done(void *user, int status, struct evbuffer *body, const char *error) {
+    (void)body, (void)error;
+    struct smodel *m = user;
+    m->health = NULL;
+    if (m->state != SCHED_LOADING)
+        return;
+    if (status == 200)
+        became_ready(m);
+    else
+        timer_in(m->timer, HEALTH_POLL_MS);
+}
+
+static const struct http_upstream_ops health_ops = {.done = health_done};
+
+static void on_model_timer(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    struct smodel *m = arg;
+    switch (m->state) {
+    case SCHED_LOADING: /* poll /health */
+        m->health = http_upstream_start(m->s->http, engine_child_port(m->child), EVHTTP_REQ_GET,
+                                        "/health", NULL, NULL, 0, NULL, NULL, &health_ops, m);
+        if (!m->health)
+            timer_in(m->timer, HEALTH_POLL_MS);
+        break;
+    case SCHED_STOPPING: /* the grace is over */
+        fprintf(stderr, "tandem: %s did not stop within %lld ms: SIGKILL\n", m->name,
+                (long long)m->s->p.stop_grace_ms);
+        engine_child_signal(m->child, SIGKILL);
+        break;
+    case SCHED_RESIDENT: /* keep_alive expired */
+        if (idle(m) && !m->pin)
+            stop_model(m, "keep_alive");
+        break;
+    default: break;
+    }
+}
+
+static void on_load_timeout(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    struct smodel *m = arg;
+    if (m->state != SCHED_LOADING)
+        return;
+    const char *msg = m->last_error;
+    tandem_errmsg(m->last_error, sizeof m->last_error,
+                  "model %s: llama-server not ready after %lld ms (log %s)", m->name,
+                  (long long)m->load_timeout_ms, m->log_path);
+    fprintf(stderr, "tandem: %s\n", msg);
+    fail_waiting(m, 502, "upstream_error", msg);
+    m->stop_asked = true;
+    set_state(m, SCHED_STOPPING);
+    engine_child_signal(m->child, SIGKILL);
+}
+
+/* Moves an existing log aside (one generation kept), so that each run's log
+ * holds only its own buffer lines. */
+static void rotate_log(const char *path) {
+    char old[4300];
+    snprintf(old, sizeof old, "%s.1", path);
+    rename(path, old);
+}
+
+static void spawn(struct smodel *m) {
+    char err[768] = "";
+    uint16_t port = engine_child_free_port();
+    char **argv = NULL;
+    tandem_err e = port ? engine_child_argv(m->s->engine, m->path, m->name, &m->settings, port,
+                                            m->extra, &argv)
+                        : TANDEM_ERR_IO;
+    if (e == TANDEM_OK) {
+        rotate_log(m->log_path);
+        e = engine_child_spawn(argv, m->log_path, port, &m->child, err, sizeof err);
+    }
+    engine_child_argv_free(argv);
+    if (e == TANDEM_OK)
+        m->exit_ev = event_new(m->s->base, engine_child_exit_fd(m->child), EV_READ | EV_PERSIST,
+                               on_exit_fd, m);
+    if (e != TANDEM_OK || !m->exit_ev) {
+        const char *msg = m->last_error;
+        tandem_errmsg(m->last_error, sizeof m->last_error, "model %s: cannot start llama-server: %s",
+                      m->name, err[0] ? err : tandem_strerror(e));
+        fprintf(stderr, "tandem: %s\n", msg);
+        engine_child_free(m->child);
+        m->child = NULL;
+        set_state(m, SCHED_FAILED);
+        m->retry_at = host_now_ms() + BACKOFF_MAX_MS;
+        timer_in(m->retry_ev, BACKOFF_MAX_MS);
+        fail_waiting(m, 503, "unavailable_error", msg);
+        return;
+    }
+    event_add(m->exit_ev, NULL);
+    m->load_started = host_now_ms();
+    m->last_error[0] = '\0';
+    set_state(m, SCHED_LOADING);
+    timer_in(m->timer, HEALTH_POLL_MS);
+    timer_in(m->load_ev, m->load_timeout_ms);
+    fprintf(stderr, "tandem: loading %s (pid %ld, port %u, log %s)\n", m->name,
+            (long)engine_child_pid(m->child), (unsigned)port, m->log_path);
+}
+
+/* Stops m's engine; reason is "room", "keep_alive", "admin" or "shutdown"
+ * (the eviction metric's label). */
+static void stop_model(struct smodel *m, const char *reason) {
+    if (m->state != SCHED_RESIDENT && m->state != SCHED_LOADING)
+        return;
+    fprintf(stderr, "tandem: stopping %s (%s)\n", m->name, reason);
+    if (!strcmp(reason, "room"))
+        m->evictions++;
+    const char *labels[] = {m->name, reason};
+    if (m->s->m_evictions)
+        prom_add(m->s->m_evictions, labels, 1);
+    m->stop_asked = true;
+    if (m->health) {
+        http_upstream_cancel(m->health);
+        m->health = NULL;
+    }
+    set_state(m, SCHED_STOPPING);
+    engine_child_signal(m->child, SIGTERM);
+    event_del(m->timer);
+    timer_in(m->timer, m->s->p.stop_grace_ms);
+}
+
+/* --- the decision: what runs, what loads, what goes ------------------------------------------ */
+
+static void start_ready_jobs(struct sched *s) {
+    struct sched_job *j, *next;
+    for (j = TAILQ_FIRST(&s->waiting); j; j = next) {
+        next = TAILQ_NEXT(j, link);
+        struct smodel *m = j->m;
+        if (m->state == SCHED_RESIDENT && !m->draining && m->n_running < m->settings.parallel)
+            job_start(j);
+    }
+}
+
+/* Stops drained residents whose last job has ended, and arms keep-alive
+ * timers on idle ones. */
+static void settle_residents(struct sched *s) {
+    for (size_t i = 0; i < s->n_models; i++) {
+        struct smodel *m = s->models[i];
+        if (m->state != SCHED_RESIDENT)
+            continue;
+        if (m->draining && m->n_running == 0)
+            stop_model(m, "room");
+        else if (idle(m) && !m->pin && m->keep_alive_ms >= 0 &&
+                 !event_pending(m->timer, EV_TIMEOUT, NULL))
+            timer_in(m->timer, m->keep_alive_ms - (host_now_ms() - m->last_used));
+    }
+}
+
+/* Whether resident r has had its turn while m waits (since oldest): it
+ * started group_limit jobs meanwhile, or it has held the device for max_wait
+ * of oldest's wait. The wait counts from r's readiness, so a load slower
+ * than max_wait does not end the loaded model's turn before it starts. */
+static bool turn_over(const struct smodel *r, const struct sched_job *oldest, int64_t now) {
+    const struct sched *s = r->s;
+    int64_t since = oldest->submitted > r->ready_at ? oldest->submitted : r->ready_at;
+    return r->group_count >= s->p.group_limit || now - since >= s->p.max_wait_ms;
+}
+
+/* The residents that could go for m, lowest priority, then least recently
+ * used first: idle ones whose client has not come back within
+ * GROUP_LINGER_MS or whose turn is over (pass 0), then busy ones whose turn
+ * is over (pass 1). */
+static bool may_evict(const struct smodel *r, const struct smodel *m, int pass,
+                      const struct sched_job *oldest, int64_t now) {
+    if (r == m || r->pin || r->state != SCHED_RESIDENT)
+        return false;
+    if (!oldest) /* an admin load: idle ones only, at once */
+        return pass == 0 && idle(r);
+    if (pass == 0)
+        return idle(r) && (now - r->last_used >= GROUP_LINGER_MS || turn_over(r, oldest, now));
+    return r->draining || turn_over(r, oldest, now);
+}
+
+static struct smodel *lru_candidate(struct sched *s, const struct smodel *m, int pass,
+                                    const struct sched_job *oldest, int64_t now, bool *chosen) {
+    struct smodel *best = NULL;
+    for (size_t i = 0; i < s->n_models; i++) {
+        struct smodel *r = s->models[i];
+        if (!chosen[i] && may_evict(r, m, pass, oldest, now) &&
+            (!best || r->priority < best->priority ||
+             (r->priority == best->priority && r->last_used < best->last_used)))
+            best = r;
+    }
+    if (best)
+        chosen[best->index] = true;
+    return best;
+}
+
+/* Makes room for m (whose oldest job is oldest). Returns true when it loaded. */
+static bool make_room(struct sched *s, struct smodel *m, const struct sched_job *oldest) {
+    if (fits(s, m, 0, 0)) {
+        spawn(m);
+        return true;
+    }
+    for (size_t i = 0; i < s->n_models; i++)
+        if (s->models[i]->state == SCHED_STOPPING || s->models[i]->state == SCHED_LOADING)
+            return false; /* memory is on its way: decide again when it settles */
+    bool chosen[s->n_models];
+    memset(chosen, 0, sizeof chosen);
+    uint64_t free_gpu = 0, free_host = 0;
+    int64_t now = host_now_ms();
+    struct smodel *victims[s->n_models];
+    size_t n = 0;
+    for (int pass = 0; pass < 2 && !fits(s, m, free_gpu, free_host); pass++) {
+        struct smodel *r;
+        while (!fits(s, m, free_gpu, free_host) &&
+               (r = lru_candidate(s, m, pass, oldest, now, chosen))) {
+            victims[n++] = r;
+            free_gpu += r->gpu, free_host += r->host;
+        }
+    }
+    if (!fits(s, m, free_gpu, free_host)) {
+        /* not yet: look again once a linger may be over (turns end by time too) */
+        if (!event_pending(s->starve_ev, EV_TIMEOUT, NULL))
+            timer_in(s->starve_ev, GROUP_LINGER_MS);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (victims[i]->n_running == 0 && victims[i]->n_waiting == 0)
+            stop_model(victims[i], "room");
+        else if (!victims[i]->draining) {
+            victims[i]->draining = true;
+            fprintf(stderr, "tandem: draining %s to make room for %s\n", victims[i]->name,
+                    m->name);
+        }
+    }
+    settle_residents(s);
+    return false;
+}
+
+/* The oldest job whose model has no engine (and is not backing off). */
+static struct sched_job *oldest_unloaded(struct sched *s, int64_t now) {
+    struct sched_job *j;
+    TAILQ_FOREACH(j, &s->waiting, link) {
+        struct smodel *m = j->m;
+        if (holds_memory(m))
+            continue;
+        if (m->retry_at > now) {
+            if (!event_pending(m->retry_ev, EV_TIMEOUT, NULL))
+                timer_in(m->retry_ev, m->retry_at - now);
+            continue;
+        }
+        return j;
+    }
+    return NULL;
+}
+
+static void maybe_done(struct sched *s) {
+    if (!s->shutting_down || !s->done)
+        return;
+    for (size_t i = 0; i < s->n_models; i++)
+        if (s->models[i]->child || s->models[i]->n_running)
+            return;
+    void (*done)(void *) = s->done;
+    s->done = NULL;
+    done(s->done_user);
+}
+
+/* Admin loads that waited for evicted engines to exit, once they fit. */
+static void load_asked_models(struct sched *s) {
+    for (size_t i = 0; i < s->n_models; i++) {
+        struct smodel *m = s->models[i];
+        if (m->load_asked && !holds_memory(m) && fits(s, m, 0, 0)) {
+            m->load_asked = false;
+            spawn(m);
+        }
+    }
+}
+
+static void kick(struct sched *s) {
+    if (s->shutting_down) {
+        for (size_t i = 0; i < s->n_models; i++)
+            if (s->models[i]->n_running == 0)
+                stop_model(s->models[i], "shutdown");
+        maybe_done(s);
+        return;
+    }
+    start_ready_jobs(s);
+    load_asked_models(s);
+    struct sched_job *j = oldest_unloaded(s, host_now_ms());
+    if (j)
+        make_room(s, j->m, j);
+    settle_residents(s);
+    start_ready_jobs(s);
+}
+
+static void on_starve(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    kick(arg);
+}
+
+/* --- public ------------------------------------------------------------------------------- */
+
+struct sched *sched_new(struct event_base *base, const struct sched_params *p) {
+    struct sched *s = mem_calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->base = base;
+    s->p = *p;
+    TAILQ_INIT(&s->waiting);
+    s->engine = mem_strdup(p->engine);
+    s->log_dir = mem_strdup(p->log_dir);
+    s->http = http_client_new(base);
+    s->starve_ev = event_new(base, -1, 0, on_starve, s);
+    if (!s->engine || !s->log_dir || !s->http || !s->starve_ev) {
+        sched_free(s);
+        return NULL;
+    }
+    s->p.engine = s->engine;
+    s->p.log_dir = s->log_dir;
+    register_metrics(s);
+    return s;
+}
+
+static void free_model(struct smodel *m) {
+    struct sched_job *j;
+    while ((j = TAILQ_FIRST(&m->running)))
+        job_free(j);
+    drop_child(m);
+    if (m->timer)
+        event_free(m->timer);
+    if (m->load_ev)
+        event_free(m->load_ev);
+    if (m->retry_ev)
+        event_free(m->retry_ev);
+    for (size_t i = 0; m->extra && m->extra[i]; i++)
+        mem_free(m->extra[i]);
+    mem_free(m->extra);
+    mem_free(m->name);
+    mem_free(m->path);
+    mem_free(m);
+}
+
+void sched_free(struct sched *s) {
+    if (!s)
+        return;
+    struct sched_job *j;
+    while ((j = TAILQ_FIRST(&s->waiting)))
+        job_free(j);
+    for (size_t i = 0; i < s->n_models; i++)
+        free_model(s->models[i]);
+    mem_free(s->models);
+    http_client_free(s->http);
+    if (s->starve_ev)
+        event_free(s->starve_ev);
+    mem_free(s->engine);
+    mem_free(s->log_dir);
+    mem_free(s);
+}
+
+static char **copy_args(char *const *args) {
+    size_t n = 0;
+    while (args && args[n])
+        n++;
+    char **out = mem_calloc(n + 1, sizeof *out);
+    for (size_t i = 0; out && i < n; i++)
+        if (!(out[i] = mem_strdup(args[i]))) {
+            for (size_t k = 0; k < i; k++)
+                mem_free(out[k]);
+            mem_free(out);
+            return NULL;
+        }
+    return out;
+}
+
+tandem_err sched_add_model(struct sched *s, const struct sched_model_spec *spec, size_t *index) {
+    struct smodel **grown = mem_realloc(s->models, (s->n_models + 1) * sizeof *grown);
+    if (!grown)
+        return TANDEM_ERR_NOMEM;
+    s->models = grown;
+    struct smodel *m = mem_calloc(1, sizeof *m);
+    if (!m)
+        return TANDEM_ERR_NOMEM;
+    *m = (struct smodel){.s = s, .index = s->n_models, .pm = spec->model,
+                         .settings = spec->settings, .gpu = spec->gpu_bytes,
+                         .host = spec->host_bytes, .keep_alive_ms = spec->keep_alive_ms,
+                         .load_timeout_ms = spec->load_timeout_ms, .pin = spec->pin,
+                         .priority = spec->priority};
+    TAILQ_INIT(&m->running);
+    m->name = mem_strdup(spec->name);
+    m->path = mem_strdup(spec->path);
+    m->extra = copy_args(spec->extra_args);
+    m->timer = event_new(s->base, -1, 0, on_model_timer, m);
+    m->load_ev = event_new(s->base, -1, 0, on_load_timeout, m);
+    m->retry_ev = event_new(s->base, -1, 0, on_retry, m);
+    snprintf(m->log_path, sizeof m->log_path, "%s/%s.log", s->log_dir, spec->name);
+    if (!m->name || !m->path || !m->extra || !m->timer || !m->load_ev || !m->retry_ev) {
+        free_model(m);
+        return TANDEM_ERR_NOMEM;
+    }
+    if (m->settings.parallel < 1)
+        m->settings.parallel = 1;
+    s->models[s->n_models] = m;
+    *index = s->n_models++;
+    publish_state(m);
+    return TANDEM_OK;
+}
+
+void sched_preload(struct sched *s) {
+    for (size_t i = 0; i < s->n_models; i++)
+        if (s->models[i]->pin)
+            sched_load(s, i);
+}
+
+tandem_err sched_load(struct sched *s, size_t index) {
+    if (index >= s->n_models)
+        return TANDEM_ERR_RANGE;
+    struct smodel *m = s->models[index];
+    if (holds_memory(m) || s->shutting_down)
+        return m->state == SCHED_STOPPING ? TANDEM_ERR_UNSUPPORTED : TANDEM_OK;
+    if (fits(s, m, 0, 0)) {
+        spawn(m);
+        return TANDEM_OK;
+    }
+    uint64_t free_gpu = 0, free_host = 0;
+    bool chosen[s->n_models];
+    memset(chosen, 0, sizeof chosen);
+    struct smodel *victims[s->n_models], *r;
+    size_t n = 0;
+    while (!fits(s, m, free_gpu, free_host) && (r = lru_candidate(s, m, 0, NULL, 0, chosen))) {
+        victims[n++] = r;
+        free_gpu += r->gpu, free_host += r->host;
+    }
+    if (!fits(s, m, free_gpu, free_host))
+        return TANDEM_ERR_TOOBIG;
+    for (size_t i = 0; i < n; i++)
+        stop_model(victims[i], "room");
+    m->load_asked = true; /* load_asked_models() loads it once they have exited */
+    return TANDEM_OK;
+}
+
+tandem_err sched_unload(struct sched *s, size_t index) {
+    if (index >= s->n_models)
+        return TANDEM_ERR_RANGE;
+    struct smodel *m = s->models[index];
+    if (m->n_running || m->n_waiting)
+        return TANDEM_ERR_UNSUPPORTED;
+    stop_model(m, "admin");
+    return TANDEM_OK;
+}
+
+void sched_shutdown(struct sched *s, void (*done)(void *user), void *user) {
+    s->shutting_down = true;
+    s->done = done;
+    s->done_user = user;
+    struct sched_job *j;
+    while ((j = TAILQ_FIRST(&s->waiting)))
+        job_fail(j, 503, "unavailable_error", "tandem is shutting down");
+    kick(s);
+}
+
+void sched_shutdown_now(struct sched *s) {
+    s->shutting_down = true;
+    for (size_t i = 0; i < s->n_models; i++)
+        fail_running(s->models[i], 503, "unavailable_error", "tandem is shutting down");
+    kick(s);
+}
+
+size_t sched_model_count(const struct sched *s) { return s->n_models; }
+const char *sched_model_name(const struct sched *s, size_t i) { return s->models[i]->name; }
+enum sched_state sched_model_state(const struct sched *s, size_t i) { return s->models[i]->state; }
+
+const char *sched_state_name(enum sched_state st) {
+    switch (st) {
+    case SCHED_UNLOADED: return "unloaded";
+    case SCHED_LOADING: return "loading";
+    case SCHED_RESIDENT: return "resident";
+    case SCHED_STOPPING: return "stopping";
+    case SCHED_FAILED: return "failed";
+    }
+    return "?";
+}
+
+void sched_model_counts(const struct sched *s, size_t i, struct sched_counts *out) {
+    const struct smodel *m = s->models[i];
+    *out = (struct sched_counts){m->loads, m->evictions, m->crash_total, m->n_waiting,
+                                 m->n_running};
+}
+
+static json_t *model_json(const struct smodel *m, int64_t now) {
+    json_t *j = json_object();
+    json_object_set_new(j, "name", json_string(m->name));
+    json_object_set_new(j, "state", json_string(sched_state_name(m->state)));
+    json_object_set_new(j, "planned", json_pack("{sIsI}", "gpu_bytes", (json_int_t)m->gpu,
+                                                "host_bytes", (json_int_t)m->host));
+    json_object_set_new(j, "measured",
+                        m->measured_gpu || m->measured_host
+                            ? json_pack("{sIsI}", "gpu_bytes", (json_int_t)m->measured_gpu,
+                                        "host_bytes", (json_int_t)m->measured_host)
+                            : json_null());
+    json_object_set_new(j, "pid", m->child ? json_integer(engine_child_pid(m->child)) : json_null());
+    json_object_set_new(j, "port", m->child ? json_integer(engine_child_port(m->child)) : json_null());
+    json_object_set_new(j, "slots", json_integer(m->settings.parallel));
+    json_object_set_new(j, "running", json_integer(m->n_running));
+    json_object_set_new(j, "queued", json_integer(m->n_waiting));
+    json_object_set_new(j, "pinned", json_boolean(m->pin));
+    json_object_set_new(j, "idle_ms", m->last_used ? json_integer(now - m->last_used) : json_null());
+    json_object_set_new(j, "loads", json_integer((json_int_t)m->loads));
+    json_object_set_new(j, "evictions", json_integer((json_int_t)m->evictions));
+    json_object_set_new(j, "crashes", json_integer((json_int_t)m->crash_total));
+    json_object_set_new(j, "last_error", m->last_error[0] ? json_string(m->last_error) : json_null());
+    json_object_set_new(j, "log", json_string(m->log_path));
+    return j;
+}
+
+json_t *sched_status_json(const struct sched *s) {
+    int64_t now = host_now_ms();
+    uint64_t gpu = 0, host = 0;
+    json_t *models = json_array();
+    for (size_t i = 0; i < s->n_models; i++) {
+        const struct smodel *m = s->models[i];
+        if (holds_memory(m))
+            gpu += m->gpu, host += m->host;
+        json_array_append_new(models, model_json(m, now));
+    }
+    json_t *j = json_pack("{s{sIsIsIsI}s{sIsI}so}", "budget", "gpu_bytes",
+                          (json_int_t)s->p.gpu_budget, "host_bytes", (json_int_t)s->p.host_budget,
+                          "gpu_used_bytes", (json_int_t)gpu, "host_used_bytes", (json_int_t)host,
+                          "queue", "waiting", (json_int_t)s->n_waiting, "depth",
+                          (json_int_t)s->p.queue_depth, "models", models);
+    return j;
+}

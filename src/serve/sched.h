@@ -1,0 +1,157 @@
+/* sched.h: residency and scheduling for `tandem serve`.
+ *
+ * The scheduler owns one engine child per resident model and every request
+ * that waits for, or runs on, one. It lives on the daemon's libevent loop and
+ * never blocks it: spawning is fork+exec, readiness is an asynchronous
+ * GET /health every 50 ms, a stop is SIGTERM then a SIGKILL timer, and an
+ * exit arrives on the child's pidfd.
+ *
+ * A request is a job: it is admitted into one bounded queue (a full queue is
+ * refused), waits until its model is resident with a free slot (loading it
+ * on demand, evicting idle models when memory is short), is handed the
+ * engine's port, and ends when its owner calls sched_job_done, or when the
+ * scheduler fails it (deadline, engine crash) through its fail callback.
+ * Jobs for the resident model are grouped so that two alternating clients do
+ * not force a swap per request, within a bound (scheduling.group_limit and
+ * scheduling.max_wait). */
+#ifndef TANDEM_SCHED_H
+#define TANDEM_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "base/err.h"
+#include "plan/plan.h"
+#include "serve/prom.h"
+
+struct sched;     /* opaque */
+struct sched_job; /* opaque; owned by the scheduler */
+
+enum sched_state { SCHED_UNLOADED, SCHED_LOADING, SCHED_RESIDENT, SCHED_STOPPING, SCHED_FAILED };
+
+/* One model the scheduler may load. Copied by sched_add_model, except model
+ * (borrowed: it must outlive the scheduler). */
+struct sched_model_spec {
+    const char *name;
+    const char *path;
+    const struct plan_model *model;
+    struct plan_settings settings;   /* resolved launch settings (explicit ctx, ngl) */
+    uint64_t gpu_bytes, host_bytes;  /* the planned (or measured) footprint */
+    int64_t keep_alive_ms;           /* idle time before unload; < 0 = forever */
+    int64_t load_timeout_ms;
+    bool pin;                        /* loaded at start, never evicted */
+    int32_t priority;                /* eviction order: lower priority goes first,
+                                      * least recently used among equals */
+    char *const *extra_args;         /* NULL-terminated or NULL; copied */
+};
+
+struct sched_params {
+    const char *engine;       /* llama-server binary; copied */
+    const char *log_dir;      /* <log_dir>/<model>.log per child; copied */
+    uint64_t gpu_budget, host_budget;
+    uint32_t queue_depth;     /* waiting jobs admitted in all */
+    uint32_t group_limit;     /* jobs a resident model may start while another waits */
+    int64_t max_wait_ms;      /* ... or until it has held the device this long (from its
+                               * readiness) while another waits */
+    int64_t stop_grace_ms;    /* SIGTERM to SIGKILL */
+    struct prom *metrics;     /* borrowed; NULL = none */
+};
+
+/* Where a job's time went, in milliseconds. */
+struct sched_timing {
+    int64_t queued_ms;  /* waiting while the model was resident but busy, or for memory */
+    int64_t loading_ms; /* waiting while its model was loading */
+    int64_t running_ms; /* since it was handed the engine */
+};
+
+/* How a job's owner learns what happened. start is called once, when the job
+ * may use the engine at 127.0.0.1:port. fail is called at most once, when the
+ * scheduler ends the job (status 502 engine failure, 503 shutting down or
+ * model unusable, 504 deadline, with type and message for the error body);
+ * the job is freed when fail returns and must not be touched again. */
+struct sched_job_ops {
+    void (*start)(struct sched_job *job, uint16_t port, void *user);
+    void (*fail)(struct sched_job *job, int status, const char *type, const char *message,
+                 void *user);
+};
+
+/* Creates a scheduler on base (borrowed). Returns NULL on OOM. */
+struct sched *sched_new(struct event_base *base, const struct sched_params *p);
+
+/* Stops every child at once (SIGKILL), fails nothing, frees everything.
+ * Jobs still held are freed without callbacks. sched_free(NULL) is a no-op. */
+void sched_free(struct sched *s);
+
+/* Adds a model; returns its index in *index. TANDEM_ERR_NOMEM. */
+tandem_err sched_add_model(struct sched *s, const struct sched_model_spec *spec, size_t *index);
+
+/* Starts loading every pinned model. */
+void sched_preload(struct sched *s);
+
+/* Admits a job for model index with an absolute deadline (host_now_ms() based;
+ * <= 0 = none). *position (output) is how many jobs wait ahead of it (0 when
+ * it starts at once). ops->start may be called before this returns. Returns
+ * TANDEM_ERR_TOOBIG when the queue is full (*job NULL; the caller answers
+ * 429), TANDEM_ERR_RANGE for a bad index, TANDEM_ERR_UNSUPPORTED while
+ * shutting down, TANDEM_ERR_NOMEM. */
+tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms,
+                        const struct sched_job_ops *ops, void *user, struct sched_job **job,
+                        uint32_t *position);
+
+/* The owner is finished with a started job (it answered, or its client went
+ * away): frees the slot and the job. ok = the engine answered normally. */
+void sched_job_done(struct sched_job *job, bool ok);
+
+/* The owner gives up on a job (its client disconnected), started or not:
+ * frees it without callbacks. */
+void sched_job_cancel(struct sched_job *job);
+
+/* The engine connection of a started job failed. The scheduler waits briefly
+ * for the child's exit so the error can name the exit status, then fails the
+ * job (502) with upstream_message if the child lives on. */
+void sched_job_upstream_failed(struct sched_job *job, const char *upstream_message);
+
+/* The job's timing so far. */
+void sched_job_timing(const struct sched_job *job, struct sched_timing *t);
+
+/* The job's model index. */
+size_t sched_job_model(const struct sched_job *job);
+
+/* Explicit residency control (admin routes). load: starts loading if
+ * unloaded; when idle models must go first, stops them and loads once they
+ * have exited; TANDEM_ERR_TOOBIG when it cannot fit now even after evicting
+ * every idle model. unload: stops it when idle, refusing
+ * (TANDEM_ERR_UNSUPPORTED) while it has jobs. TANDEM_ERR_RANGE for a bad index. */
+tandem_err sched_load(struct sched *s, size_t index);
+tandem_err sched_unload(struct sched *s, size_t index);
+
+/* Begins shutdown: new jobs are refused, queued jobs fail with 503, running
+ * jobs continue. done (may be NULL) is called once every job has finished
+ * and every child has exited (after SIGTERM, then SIGKILL past the grace). */
+void sched_shutdown(struct sched *s, void (*done)(void *user), void *user);
+
+/* Forces the end of a shutdown: running jobs fail with 503 and children are
+ * killed. */
+void sched_shutdown_now(struct sched *s);
+
+size_t sched_model_count(const struct sched *s);
+const char *sched_model_name(const struct sched *s, size_t index);
+enum sched_state sched_model_state(const struct sched *s, size_t index);
+const char *sched_state_name(enum sched_state st);
+
+/* Counts across the scheduler's life, for tests and status. */
+struct sched_counts {
+    uint64_t loads, evictions, crashes;
+    uint32_t waiting, running;
+};
+void sched_model_counts(const struct sched *s, size_t index, struct sched_counts *out);
+
+/* The scheduler's state as JSON (new reference): budget and use, the queue,
+ * and per model its state, footprint, pid, port, jobs and counts. NULL on OOM. */
+json_t *sched_status_json(const struct sched *s);
+
+#endif
