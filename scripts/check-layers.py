@@ -43,8 +43,9 @@ def read_layers(doc):
         raise TableError(f"{doc}: no layer table (rows '| `folder/` | owns | may include |') "
                          "under '## Layers'")
     for folder, allowed in layers.items():
-        for name in sorted(allowed - layers.keys()):
-            raise TableError(f"{doc}: layer `{folder}/` may include `{name}`, which is not a row")
+        unknown = sorted(allowed - layers.keys())
+        if unknown:
+            raise TableError(f"{doc}: layer `{folder}/` may include `{unknown[0]}`, which is not a row")
     return layers
 
 
@@ -80,8 +81,8 @@ def check(root):
             continue
         rel = path.relative_to(src)
         if len(rel.parts) != 2:
-            where = "the top of src/" if len(rel.parts) == 1 else "a nested folder"
-            problems.append(f"src/{rel}: a source file in {where}; put it flat in its layer's folder")
+            where = "at the top of src/" if len(rel.parts) == 1 else "in a nested folder"
+            problems.append(f"src/{rel}: a source file {where}; put it flat in its layer's folder")
         elif rel.parts[0] not in layers:
             problems.append(f"src/{rel}: folder src/{rel.parts[0]}/ is not a row of "
                             "docs/architecture.md's layer table")
@@ -133,7 +134,7 @@ SELF_TEST_CASES = [  # (file added or replaced, its text, the message expected)
     ("src/plan/plan.c", '#include "mem.h"\n', 'write project includes as "folder/name.h"'),
     ("src/plan/plan.c", '#include "../base/mem.h"\n', 'write project includes as "folder/name.h"'),
     ("src/plan/plan.c", '#include "base/nope.h"\n', "no such header src/base/nope.h"),
-    ("src/loose.c", "", "src/loose.c: a source file in the top of src/"),
+    ("src/loose.c", "", "src/loose.c: a source file at the top of src/"),
     ("src/plan/deep/x.h", "", "src/plan/deep/x.h: a source file in a nested folder"),
     ("src/extra/x.c", "", "folder src/extra/ is not a row"),
     ("docs/architecture.md", SELF_TEST_DOC.replace("## Next", "| `zz/` | x | `base` |\n## Next"),
