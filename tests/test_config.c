@@ -79,6 +79,8 @@ Test(config, defaults_are_filled) {
     cr_expect_eq(c->queue_depth, 64);
     cr_expect_eq(c->request_timeout_ms, 60000);
     cr_expect_eq(c->group_limit, 16);
+    cr_expect_eq(c->request_tokens, 256);
+    cr_expect_eq(c->clients, 1);
     cr_expect_not_null(c->audit_path);
     cr_expect(strstr(c->audit_path, "audit.jsonl"));
     const struct config_model *m = &c->models[0];
@@ -88,6 +90,22 @@ Test(config, defaults_are_filled) {
     cr_expect_eq(m->settings.parallel, 1);
     cr_expect_eq(m->keep_alive_ms, 300000);
     cr_expect(!m->pin && !m->settings.flash_attn);
+    cr_expect(m->device == PLACE_WANT_AUTO && m->gpu == PLACE_ANY_GPU && m->device_line == 0);
+    config_free(c);
+}
+
+Test(config, devices_and_placement_keys) {
+    struct config *c = load_text("scheduling: {request_tokens: 100, clients: 4}\n"
+                                 "models:\n"
+                                 "  kev: {path: model.gguf, device: gpu:1}\n"
+                                 "  laya: {path: model.gguf, device: cpu}\n"
+                                 "  any: {path: model.gguf, device: gpu}\n");
+    cr_expect_eq(c->request_tokens, 100);
+    cr_expect_eq(c->clients, 4);
+    cr_expect(c->models[0].device == PLACE_WANT_GPU && c->models[0].gpu == 1);
+    cr_expect_eq(c->models[0].device_line, 3);
+    cr_expect(c->models[1].device == PLACE_WANT_CPU);
+    cr_expect(c->models[2].device == PLACE_WANT_GPU && c->models[2].gpu == PLACE_ANY_GPU);
     config_free(c);
 }
 
@@ -112,7 +130,8 @@ Test(config, values_expansions_and_aliases) {
         "    keep_alive: forever\n"
         "    pin: yes\n"
         "    priority: -3\n"
-        "    extra_args: [--threads, '2']\n");
+        "    threads: 2\n"
+        "    extra_args: [--mlock, --verbose-prompt]\n");
     cr_expect_str_eq(c->listen_host, "::1");
     cr_expect_eq(c->listen_port, 9000);
     cr_expect_eq(c->n_api_keys, 2);
@@ -135,6 +154,7 @@ Test(config, values_expansions_and_aliases) {
     cr_expect(m->pin);
     cr_expect_eq(m->priority, -3);
     cr_expect_eq(m->n_extra_args, 2);
+    cr_expect_eq(m->settings.threads, 2);
     cr_expect_str_eq(c->default_model, "fast");
     config_free(c);
 }

@@ -18,7 +18,7 @@
 static struct engine_child *spawn(char **argv) {
     struct engine_child *c = NULL;
     char err[256] = "";
-    cr_assert_eq(engine_child_spawn(argv, LOG, 1, &c, err, sizeof err), TANDEM_OK, "%s", err);
+    cr_assert_eq(engine_child_spawn(argv, NULL, LOG, 1, &c, err, sizeof err), TANDEM_OK, "%s", err);
     return c;
 }
 
@@ -66,10 +66,10 @@ Test(engine_child, missing_binary_is_a_spawn_error) {
     char *argv[] = {"/nonexistent/llama-server", NULL};
     struct engine_child *c = (struct engine_child *)1;
     char err[256] = "";
-    cr_expect_eq(engine_child_spawn(argv, LOG, 1, &c, err, sizeof err), TANDEM_ERR_SPAWN);
+    cr_expect_eq(engine_child_spawn(argv, NULL, LOG, 1, &c, err, sizeof err), TANDEM_ERR_SPAWN);
     cr_expect_null(c);
     cr_expect(strstr(err, "No such file"), "%s", err);
-    cr_expect_eq(engine_child_spawn(argv, "/nonexistent-dir/x.log", 1, &c, err, sizeof err),
+    cr_expect_eq(engine_child_spawn(argv, NULL, "/nonexistent-dir/x.log", 1, &c, err, sizeof err),
                  TANDEM_ERR_IO);
 }
 
@@ -80,7 +80,7 @@ Test(engine_child, child_dies_with_its_parent) {
     if (mid == 0) { /* plays tandem: start an engine, report its pid, die */
         char *argv[] = {"/bin/sleep", "30", NULL};
         struct engine_child *c = NULL;
-        if (engine_child_spawn(argv, LOG, 1, &c, NULL, 0) != TANDEM_OK)
+        if (engine_child_spawn(argv, NULL, LOG, 1, &c, NULL, 0) != TANDEM_OK)
             _exit(1);
         pid_t pid = engine_child_pid(c);
         (void)!write(pids[1], &pid, sizeof pid);
@@ -122,7 +122,9 @@ Test(engine_child, argv_carries_the_plan) {
     r.batch = 512;
     r.ubatch = 512;
     r.gpu = false;
-    char *extra[] = {"--threads", "2", NULL};
+    r.threads = 3;
+    r.no_warmup = true;
+    char *extra[] = {"--verbose-prompt", NULL};
     char **argv = NULL;
     cr_assert_eq(engine_child_argv("/e/llama-server", "/m.gguf", "kev", &r, 8123, extra, &argv),
                  TANDEM_OK);
@@ -131,8 +133,19 @@ Test(engine_child, argv_carries_the_plan) {
         snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", i ? " " : "", argv[i]);
     cr_expect_str_eq(line, "/e/llama-server -m /m.gguf --host 127.0.0.1 --port 8123 -c 8192 "
                            "-ngl 0 -fit off -np 2 -ctk f16 -ctv f16 -fa off -b 512 -ub 512 "
-                           "--no-repack --alias kev -lv 4 --no-log-timestamps --no-log-prefix "
-                           "--threads 2");
+                           "--no-repack --device none -t 3 -tb 3 --no-warmup --alias kev -lv 4 "
+                           "--no-log-timestamps --no-log-prefix --verbose-prompt");
+    engine_child_argv_free(argv);
+    r.gpu = true; /* on a GPU: no --device none; threads 0 = the engine's default */
+    r.ngl = 33;
+    r.threads = 0;
+    r.no_warmup = false;
+    cr_assert_eq(engine_child_argv("/e/llama-server", "/m.gguf", NULL, &r, 8123, NULL, &argv),
+                 TANDEM_OK);
+    for (size_t i = 0; argv[i]; i++)
+        cr_expect(strcmp(argv[i], "--device") && strcmp(argv[i], "-t") &&
+                      strcmp(argv[i], "--no-repack") && strcmp(argv[i], "--no-warmup"),
+                  "%s", argv[i]);
     engine_child_argv_free(argv);
     r.ngl = PLAN_NGL_AUTO;
     cr_expect_eq(engine_child_argv("/e", "/m", NULL, &r, 1, NULL, &argv), TANDEM_ERR_INVAL);

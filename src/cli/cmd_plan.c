@@ -14,10 +14,14 @@
 #include <string.h>
 
 #include "serve/config.h"
+#include "serve/placement.h"
+#include "plan/cost.h"
+#include "plan/place.h"
 #include "plan/fit.h"
 #include "gguf/ggml_types.h"
 #include "plan/plan.h"
 #include "plan/plan_cli.h"
+#include "base/mem.h"
 #include "base/units.h"
 #include "version.h"
 
@@ -49,7 +53,17 @@ static void usage(FILE *f) {
             "  --kv-unified         one KV pool for all slots\n"
             "  --overhead SIZE      per-process GPU overhead (default %llu MiB)\n"
             "  --config FILE        plan the models of a tandem.yaml with their own settings,\n"
-            "                       priorities, pins and budget (flags override the budget)\n"
+            "                       priorities, pins, devices, pipelines and budget (flags\n"
+            "                       override the budget)\n"
+            "placement (docs/placement.md):\n"
+            "  --device NAME=DEV    put model NAME (its config name, or its file name) on DEV:\n"
+            "                       auto (default), gpu, gpu:N or cpu; repeatable\n"
+            "  --request-tokens N   prompt tokens of a typical request (default 256, or the\n"
+            "                       config's scheduling.request_tokens)\n"
+            "  --clients N          requests in flight at once (default 1, or scheduling.clients)\n"
+            "  --work pipeline|models  without --config, the models form one decide-then-verify\n"
+            "                       pipeline in the order given (default), or each model's\n"
+            "                       requests come alone\n"
             "output:\n"
             "  --no-measured        ignore the footprint cache: the model alone\n"
             "  --json               stable machine-readable output (docs/planner.md)\n"
@@ -57,15 +71,74 @@ static void usage(FILE *f) {
             (unsigned long long)(PLAN_GPU_OVERHEAD_BYTES >> 20));
 }
 
-static int parse_args(int argc, char **argv, struct plan_cli *o) {
+/* Placement flags, beside the shared ones. */
+struct place_flags {
+    const char *device[MAX_MODELS]; /* "NAME=DEV", borrowed from argv */
+    size_t n_device;
+    uint32_t tokens, clients;       /* 0 = the config's, else the default */
+    bool each;                      /* --work models: no pipeline without a config */
+};
+
+#define OPT_DEVICE 1000
+#define OPT_TOKENS 1001
+#define OPT_CLIENTS 1002
+#define OPT_WORK 1003
+
+static int place_option(int c, const char *arg, struct place_flags *pf) {
+    char *end;
+    unsigned long n;
+    switch (c) {
+    case OPT_WORK:
+        if (strcmp(arg, "pipeline") && strcmp(arg, "models")) {
+            fprintf(stderr, "tandem plan: --work: expected pipeline or models, got '%s'\n", arg);
+            return 2;
+        }
+        pf->each = !strcmp(arg, "models");
+        return 0;
+    case OPT_DEVICE:
+        if (pf->n_device == MAX_MODELS || !strchr(arg, '=')) {
+            fprintf(stderr, "tandem plan: --device: expected NAME=auto|gpu|gpu:N|cpu, got '%s'\n",
+                    arg);
+            return 2;
+        }
+        pf->device[pf->n_device++] = arg;
+        return 0;
+    case OPT_TOKENS:
+    case OPT_CLIENTS:
+        n = strtoul(arg, &end, 10);
+        if (!*arg || *end || arg[0] == '-' || n < 1 || n > 1000000) {
+            fprintf(stderr, "tandem plan: %s: expected a positive integer, got '%s'\n",
+                    c == OPT_TOKENS ? "--request-tokens" : "--clients", arg);
+            return 2;
+        }
+        *(c == OPT_TOKENS ? &pf->tokens : &pf->clients) = (uint32_t)n;
+        return 0;
+    }
+    return 2;
+}
+
+static int parse_args(int argc, char **argv, struct plan_cli *o, struct place_flags *pf) {
+    static const struct option extra[] = {{"device", required_argument, NULL, OPT_DEVICE},
+                                          {"request-tokens", required_argument, NULL, OPT_TOKENS},
+                                          {"clients", required_argument, NULL, OPT_CLIENTS},
+                                          {"work", required_argument, NULL, OPT_WORK}};
+    struct option opts[64];
+    size_t n = 0;
+    while (plan_cli_options[n].name && n < 60)
+        opts[n] = plan_cli_options[n], n++;
+    memcpy(&opts[n], extra, sizeof extra);
+    memset(&opts[n + sizeof extra / sizeof *extra], 0, sizeof *opts);
     int c;
     optind = 0; /* glibc: full re-initialisation, permuting models after options */
-    while ((c = getopt_long(argc, argv, "h", plan_cli_options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'h') {
             usage(stdout);
             return -1;
         }
-        if (c == '?' || plan_cli_option(c, optarg, o) != 0)
+        int rc = c >= OPT_DEVICE ? place_option(c, optarg, pf)
+                 : c == '?'      ? 2
+                                 : plan_cli_option(c, optarg, o);
+        if (rc)
             return 2;
     }
     if (o->config ? optind != argc : optind >= argc) {
@@ -214,6 +287,228 @@ static void print_table(json_t *j) {
         printf("* measured by the engine (footprint cache), not modelled\n");
 }
 
+/* The i-th model by priority (highest first; file order breaks ties). */
+static const struct config_model *by_priority(const struct config *c, size_t i) {
+    for (int32_t p = 1000; p >= -1000; p--)
+        for (size_t k = 0; k < c->n_models; k++)
+            if (c->models[k].priority == p && i-- == 0)
+                return &c->models[k];
+    return NULL;
+}
+
+/* --- placement ------------------------------------------------------------------------------ */
+
+struct placement {
+    struct place_model models[MAX_MODELS];
+    struct place_work work[PLACE_MAX_WORK];
+    size_t n, n_work;
+    struct place_budget budget;
+    struct place_params params;
+    bool simulated;
+    struct place_result *result; /* heap: it is large */
+};
+
+static json_t *figure_json(const struct cost_figure *f) {
+    return json_pack("{s:f, s:b, s:f, s:b}", "token_s", f->token_s, "token_measured",
+                     f->token_measured, "load_s", f->load_s, "load_measured", f->load_measured);
+}
+
+static json_t *memory_json(const struct placement *pl, const struct place_arrangement *a) {
+    json_t *o = json_object();
+    for (uint32_t g = 0; g < pl->budget.n_gpus; g++) {
+        char name[16];
+        json_object_set_new(o, place_device_name((int32_t)g, name, sizeof name),
+                            json_integer((json_int_t)a->gpu_need[g]));
+    }
+    json_object_set_new(o, "host", json_integer((json_int_t)a->host_need));
+    return o;
+}
+
+static json_t *arrangement_json(const struct placement *pl, const struct place_arrangement *a) {
+    json_t *models = json_array(), *work = json_array();
+    for (size_t i = 0; i < pl->n; i++) {
+        const struct place_slot *sl = &a->slot[i];
+        char dev[16];
+        json_array_append_new(
+            models, json_pack("{s:s, s:s, s:i, s:i, s:b, s:f, s:f, s:I, s:I}", "name",
+                              pl->models[i].name, "device",
+                              place_device_name(sl->device, dev, sizeof dev), "ngl",
+                              (json_int_t)sl->ngl, "layers",
+                              (json_int_t)plan_model_n_layer(pl->models[i].model) + 1, "rotates",
+                              sl->rotates, "request_s", sl->request_s, "load_s", sl->load_s,
+                              "gpu_bytes",
+                              (json_int_t)plan_footprint_device_total(&sl->footprint,
+                                                                      PLAN_DEVICE_GPU),
+                              "host_bytes",
+                              (json_int_t)plan_footprint_device_total(&sl->footprint,
+                                                                      PLAN_DEVICE_HOST)));
+    }
+    for (size_t w = 0; w < pl->n_work; w++)
+        json_array_append_new(work, json_pack("{s:s, s:b, s:f, s:f}", "name", pl->work[w].name,
+                                              "pipeline", pl->work[w].pipeline, "seconds",
+                                              a->work_s[w], "loads", a->loads[w]));
+    return json_pack("{s:s, s:b, s:s, s:f, s:o, s:o, s:o}", "label", a->label, "fits", a->fits,
+                     "reason", a->reason, "expected_s", a->score, "memory", memory_json(pl, a),
+                     "work", work, "models", models);
+}
+
+static json_t *placement_json(const struct placement *pl) {
+    json_t *gpus = json_array(), *costs = json_array(), *rejected = json_array();
+    for (uint32_t g = 0; g < pl->budget.n_gpus; g++) {
+        char name[16];
+        json_array_append_new(gpus, json_pack("{s:s, s:I}", "device",
+                                              place_device_name((int32_t)g, name, sizeof name),
+                                              "usable", (json_int_t)pl->budget.gpu_bytes[g]));
+    }
+    for (size_t i = 0; i < pl->n; i++) {
+        const struct place_model *m = &pl->models[i];
+        json_array_append_new(costs, json_pack("{s:s, s:s, s:o, s:o}", "name", m->name, "want",
+                                               place_want_name(m->want), "gpu",
+                                               figure_json(&m->cost.on[COST_GPU]), "cpu",
+                                               figure_json(&m->cost.on[COST_CPU])));
+    }
+    for (size_t k = 0; k < pl->result->n_alts; k++)
+        json_array_append_new(rejected, arrangement_json(pl, &pl->result->alts[k]));
+    return json_pack("{s:b, s:o, s:I, s:{s:i, s:i, s:i}, s:o, s:o, s:o, s:i}", "simulated",
+                     pl->simulated, "gpus", gpus, "host", (json_int_t)pl->budget.host_bytes,
+                     "params", "request_tokens", (json_int_t)pl->params.tokens, "clients",
+                     (json_int_t)pl->params.clients, "group_limit",
+                     (json_int_t)pl->params.group_limit, "costs", costs, "chosen",
+                     arrangement_json(pl, &pl->result->best), "rejected", rejected, "considered",
+                     (json_int_t)pl->result->n_considered);
+}
+
+static void print_arrangement(const char *indent, json_t *a) {
+    printf("%s%s\n%s  %s\n", indent, json_string_value(json_object_get(a, "label")), indent,
+           json_string_value(json_object_get(a, "reason")));
+    const char *k;
+    json_t *v, *w;
+    size_t i;
+    printf("%s  memory:", indent);
+    json_object_foreach(json_object_get(a, "memory"), k, v) {
+        char b[32];
+        printf(" %s %s", k, units_format_bytes((uint64_t)json_integer_value(v), b, sizeof b));
+    }
+    printf("\n%s  per request:", indent);
+    json_array_foreach(json_object_get(a, "work"), i, w)
+        printf("%s %s %.3f s (%.2f loads)", i ? ";" : "",
+               json_string_value(json_object_get(w, "name")),
+               json_real_value(json_object_get(w, "seconds")),
+               json_real_value(json_object_get(w, "loads")));
+    printf("\n%s  per model request:", indent);
+    json_array_foreach(json_object_get(a, "models"), i, w) {
+        printf("%s %s %.3f s", i ? ";" : "", json_string_value(json_object_get(w, "name")),
+               json_real_value(json_object_get(w, "request_s")));
+        if (json_is_true(json_object_get(w, "rotates")))
+            printf(" + %.2f s per load", json_real_value(json_object_get(w, "load_s")));
+    }
+    printf("\n");
+}
+
+static void print_placement(json_t *p) {
+    printf("\nplacement (expected latency of the work, docs/placement.md)%s:\n",
+           json_is_true(json_object_get(p, "simulated"))
+               ? "; GPU simulated: no GPU found, engines run on the CPU"
+               : "");
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(p, "costs"), i, c) {
+        json_t *g = json_object_get(c, "gpu"), *u = json_object_get(c, "cpu");
+        printf("  cost %s: gpu %.2f ms/token, %.2f s/load%s; cpu %.2f ms/token, %.2f s/load%s\n",
+               json_string_value(json_object_get(c, "name")),
+               1000 * json_real_value(json_object_get(g, "token_s")),
+               json_real_value(json_object_get(g, "load_s")),
+               json_is_true(json_object_get(g, "token_measured")) ? " (measured)" : " (estimate)",
+               1000 * json_real_value(json_object_get(u, "token_s")),
+               json_real_value(json_object_get(u, "load_s")),
+               json_is_true(json_object_get(u, "token_measured")) ? " (measured)" : " (estimate)");
+    }
+    printf("chosen: ");
+    print_arrangement("", json_object_get(p, "chosen"));
+    json_t *rejected = json_object_get(p, "rejected");
+    if (json_array_size(rejected))
+        printf("rejected (%zu, best first):\n", json_array_size(rejected));
+    json_array_foreach(rejected, i, c)
+        print_arrangement("  - ", c);
+}
+
+/* Applies --device NAME=DEV to the place models; 2 after a message. */
+static int apply_devices(const struct place_flags *pf, struct placement *pl) {
+    for (size_t d = 0; d < pf->n_device; d++) {
+        const char *eq = strchr(pf->device[d], '=');
+        size_t len = (size_t)(eq - pf->device[d]);
+        size_t i = 0;
+        while (i < pl->n && (strlen(pl->models[i].name) != len ||
+                             strncmp(pl->models[i].name, pf->device[d], len)))
+            i++;
+        if (i == pl->n) {
+            fprintf(stderr, "tandem plan: --device %s: no model named '%.*s'\n", pf->device[d],
+                    (int)len, pf->device[d]);
+            return 2;
+        }
+        if (place_want_parse(eq + 1, &pl->models[i].want, &pl->models[i].gpu) != TANDEM_OK) {
+            fprintf(stderr, "tandem plan: --device %s: expected auto, gpu, gpu:N or cpu\n",
+                    pf->device[d]);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* Plans the placement of fm[n] (or cfg's models and pipelines) into *pl. */
+static int place(const struct config *cfg, const struct fit_model *fm, size_t n,
+                 const struct plan_cli *o, const struct place_flags *pf,
+                 const struct fit_budget *fb, bool use_measured, struct placement *pl) {
+    pl->n = n;
+    pl->simulated = plan_cli_place_budget(o, fb, &pl->budget);
+    if (cfg) {
+        struct plan_model *file_pm[MAX_MODELS];
+        for (size_t i = 0; i < n; i++)
+            for (size_t k = 0; k < n; k++)
+                if (by_priority(cfg, i) == &cfg->models[k])
+                    file_pm[k] = (struct plan_model *)fm[i].model;
+        pl->n_work = placement_inputs(cfg, file_pm, use_measured, pl->models, pl->work);
+        pl->params = placement_params(cfg);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            pl->models[i] = (struct place_model){.name = fm[i].name, .model = fm[i].model,
+                                                 .settings = fm[i].settings, .gpu = PLACE_ANY_GPU};
+            cost_of(fm[i].model, TANDEM_ENGINE_BUILD, use_measured, &pl->models[i].cost);
+        }
+        pl->params = (struct place_params){.tokens = 256, .clients = 1, .group_limit = 16};
+        if (!pf->each && n <= PLACE_MAX_STAGES) { /* the first decides, the others verify */
+            pl->work[0] = (struct place_work){.name = "pipeline", .pipeline = true, .n = n};
+            for (size_t i = 0; i < n; i++)
+                pl->work[0].models[i] = i;
+            pl->n_work = 1;
+        }
+    }
+    if (!pl->n_work)
+        for (size_t i = 0; i < n; i++)
+            pl->work[pl->n_work++] = (struct place_work){.name = pl->models[i].name,
+                                                         .models = {i}, .n = 1};
+    if (pf->tokens)
+        pl->params.tokens = pf->tokens;
+    if (pf->clients)
+        pl->params.clients = pf->clients;
+    if (apply_devices(pf, pl))
+        return 2;
+    char err[1024];
+    if (cfg && placement_check_devices(cfg, &pl->budget, err, sizeof err) != TANDEM_OK) {
+        fprintf(stderr, "tandem plan: %s\n", err);
+        return 2;
+    }
+    if (!(pl->result = mem_alloc(sizeof *pl->result)))
+        return 1;
+    tandem_err e = place_choose(pl->models, n, pl->work, pl->n_work, &pl->budget, &pl->params,
+                                plan_cli_footprint, &use_measured, pl->result);
+    if (e != TANDEM_OK) {
+        fprintf(stderr, "tandem plan: placement: %s\n", tandem_strerror(e));
+        return 1;
+    }
+    return 0;
+}
+
 /* --- main ------------------------------------------------------------------------------------ */
 
 /* Loads the config; its budget applies where no flag overrides it. */
@@ -237,15 +532,6 @@ static int load_config(struct plan_cli *o, struct config **cfg, size_t *n) {
     return 0;
 }
 
-/* The i-th model by priority (highest first; file order breaks ties). */
-static const struct config_model *by_priority(const struct config *c, size_t i) {
-    for (int32_t p = 1000; p >= -1000; p--)
-        for (size_t k = 0; k < c->n_models; k++)
-            if (c->models[k].priority == p && i-- == 0)
-                return &c->models[k];
-    return NULL;
-}
-
 static const char *base_name(const char *path) {
     const char *s = strrchr(path, '/');
     return s ? s + 1 : path;
@@ -254,7 +540,8 @@ static const char *base_name(const char *path) {
 int cmd_plan_main(int argc, char **argv, const char *llama_server) {
     (void)llama_server;
     struct plan_cli o = {.settings = plan_default_settings()};
-    int rc = parse_args(argc, argv, &o);
+    struct place_flags pf = {0};
+    int rc = parse_args(argc, argv, &o, &pf);
     if (rc)
         return rc < 0 ? 0 : rc;
     size_t n = (size_t)(argc - optind);
@@ -263,6 +550,7 @@ int cmd_plan_main(int argc, char **argv, const char *llama_server) {
     struct fit_model_result r[MAX_MODELS];
     struct fit_budget budget = {0};
     struct fit_result res;
+    struct placement pl = {0};
     uint64_t total = 0;
     rc = 1;
     struct config *cfg = NULL;
@@ -288,7 +576,12 @@ int cmd_plan_main(int argc, char **argv, const char *llama_server) {
         fprintf(stderr, "tandem plan: %s\n", tandem_strerror(e));
         goto done;
     }
+    if ((rc = place(cfg, fm, n, &o, &pf, &budget, use_measured, &pl)) != 0)
+        goto done;
+    rc = 1;
     json_t *j = result_json(fm, n, &budget, total, source, r, &res);
+    if (j)
+        json_object_set_new(j, "placement", placement_json(&pl));
     if (!j) {
         fprintf(stderr, "tandem plan: out of memory\n");
         goto done;
@@ -299,12 +592,14 @@ int cmd_plan_main(int argc, char **argv, const char *llama_server) {
         free(text);
     } else {
         print_table(j);
+        print_placement(json_object_get(j, "placement"));
     }
     json_decref(j);
     rc = 0;
 done:
     for (size_t i = 0; i < n; i++)
         plan_model_free(pm[i]);
+    mem_free(pl.result);
     config_free(cfg);
     return rc;
 }

@@ -20,7 +20,9 @@
 
 #include "base/cache.h"
 #include "engine/engine.h"
+#include "base/host.h"
 #include "engine/engine_child.h"
+#include "plan/cost.h"
 #include "plan/footprint.h"
 #include "plan/plan_cli.h"
 #include "version.h"
@@ -194,18 +196,26 @@ static int start_and_supervise(const char *model_path, const char *name, struct 
     sigprocmask(SIG_BLOCK, &stop, NULL);
     int sigfd = signalfd(-1, &stop, SFD_CLOEXEC);
     struct engine_child *child = NULL;
-    tandem_err e = engine_child_spawn(argv, log_path, port, &child, err, sizeof err);
+    int64_t t0 = host_now_ms();
+    tandem_err e = engine_child_spawn(argv, NULL, log_path, port, &child, err, sizeof err);
     engine_child_argv_free(argv);
     if (e == TANDEM_OK)
         e = engine_child_wait_ready(child, o->timeout_ms, err, sizeof err);
+    struct cost_record load = {.loads = 1, .load_ms = (double)(host_now_ms() - t0)};
     int rc = 1;
     if (e != TANDEM_OK) {
         fprintf(stderr, "tandem run: %s\n", err);
     } else {
         char key[HASH_SHA256_HEX_LEN + 1];
+        struct footprint_measure meas;
         if (footprint_record_log(m, s, log_path, engine_child_pid(child), key, NULL, 0, err,
-                                 sizeof err) != TANDEM_OK)
+                                 sizeof err) != TANDEM_OK ||
+            footprint_load(key, &meas, err, sizeof err) != TANDEM_OK)
             fprintf(stderr, "tandem run: footprint not recorded: %s\n", err);
+        else if (cost_record_add(m, TANDEM_ENGINE_BUILD,
+                                 footprint_measure_has_gpu(&meas) ? COST_GPU : COST_CPU, &load,
+                                 err, sizeof err) != TANDEM_OK)
+            fprintf(stderr, "tandem run: load time not recorded: %s\n", err);
         printf("ready: http://127.0.0.1:%u pid %ld log %s\n", (unsigned)port,
                (long)engine_child_pid(child), log_path);
         fflush(stdout);

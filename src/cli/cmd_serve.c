@@ -41,10 +41,12 @@
 #include "serve/http.h"
 #include "base/nvml.h"
 #include "serve/pipeline.h"
+#include "serve/placement.h"
 #include "plan/plan_cli.h"
 #include "serve/prom.h"
 #include "serve/s1.h"
 #include "serve/sched.h"
+#include "base/mem.h"
 #include "base/units.h"
 #include "version.h"
 
@@ -56,6 +58,8 @@ struct serve {
     const char *listen_flag;
     char engine[4096];
     struct fit_budget budget;
+    struct place_budget place_budget;  /* per device, as placement and the scheduler see it */
+    bool simulated;                    /* budget.vram on a machine without a GPU */
     uint64_t budget_total;
     const char *budget_source;
     struct plan_model **pm;
@@ -128,32 +132,40 @@ static void config_budget(const struct config *cfg, struct serve *sv) {
     if (cfg->ram)
         o.ram = cfg->ram, o.have_ram = true;
     sv->budget_source = plan_cli_budget(&o, &sv->budget, &sv->budget_total);
+    sv->simulated = plan_cli_place_budget(&o, &sv->budget, &sv->place_budget);
 }
 
-/* Plans config model cm alone; fills *am and the scheduler spec. Returns 0 or 2. */
-static int plan_model(struct serve *sv, size_t i, struct sched_model_spec *spec) {
+/* Opens every model's header. Returns 0 or 2. */
+static int open_models(struct serve *sv) {
+    for (size_t i = 0; i < sv->n; i++) {
+        const struct config_model *cm = &sv->cfg->models[i];
+        char err[512];
+        if (plan_model_open(cm->path, &sv->pm[i], err, sizeof err) != TANDEM_OK) {
+            fprintf(stderr, "tandem serve: %s:%u: models.%s: %s\n", sv->config_path, cm->line,
+                    cm->name, err);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* Fills model i's scheduler spec and API entries from its slot in the
+ * chosen arrangement, with threads CPU threads. */
+static void apply_slot(struct serve *sv, size_t i, const struct place_slot *slot,
+                       uint32_t threads, struct sched_model_spec *spec) {
     const struct config_model *cm = &sv->cfg->models[i];
-    char err[512];
-    if (plan_model_open(cm->path, &sv->pm[i], err, sizeof err) != TANDEM_OK) {
-        fprintf(stderr, "tandem serve: %s:%u: models.%s: %s\n", sv->config_path, cm->line,
-                cm->name, err);
-        return 2;
-    }
     struct plan_model *m = sv->pm[i];
-    struct plan_settings resolved;
-    struct fit_model_result r;
-    struct fit_result res;
-    if (plan_cli_fit_one(cm->name, m, &cm->settings, &sv->budget, true, &resolved, &r, &res) !=
-            TANDEM_OK ||
-        res.verdict == FIT_NO_FIT) {
-        fprintf(stderr, "tandem serve: %s:%u: models.%s: %s\n", sv->config_path, cm->line,
-                cm->name, res.reason);
-        return 2;
-    }
+    struct plan_settings want = cm->settings, resolved;
+    want.gpu = slot->device != PLACE_CPU;
+    want.ngl = slot->ngl;
+    want.threads = cm->settings.threads ? cm->settings.threads : threads;
+    want.no_warmup = slot->device == PLACE_CPU || sv->simulated; /* computes on the CPU */
+    plan_model_resolve(m, &want, &resolved);
     *spec = (struct sched_model_spec){
         .name = cm->name, .path = cm->path, .model = m, .settings = resolved,
-        .gpu_bytes = plan_footprint_device_total(&r.footprint, PLAN_DEVICE_GPU),
-        .host_bytes = plan_footprint_device_total(&r.footprint, PLAN_DEVICE_HOST),
+        .device = slot->device,
+        .gpu_bytes = plan_footprint_device_total(&slot->footprint, PLAN_DEVICE_GPU),
+        .host_bytes = plan_footprint_device_total(&slot->footprint, PLAN_DEVICE_HOST),
         .keep_alive_ms = cm->keep_alive_ms, .load_timeout_ms = cm->load_timeout_ms,
         .pin = cm->pin, .priority = cm->priority, .extra_args = cm->extra_args};
     sv->models[i] = (struct api_model){.cm = cm, .sched_index = i,
@@ -165,40 +177,43 @@ static int plan_model(struct serve *sv, size_t i, struct sched_model_spec *spec)
                                              .decision_type = plan_model_decision_type(m),
                                              .max_options = s1_max_options(plan_model_decision_type(m)),
                                              .file_sha256 = sv->file_sha256[i]};
-    char gpu[32], host[32];
-    units_format_bytes(spec->gpu_bytes, gpu, sizeof gpu);
-    units_format_bytes(spec->host_bytes, host, sizeof host);
-    fprintf(stderr, "tandem serve: %s: %s%s, ctx %u, ngl %d, %u slot(s): %s GPU + %s host\n",
+    char gpu[32], host[32], dev[16];
+    fprintf(stderr, "tandem serve: %s: %s%s on %s, ctx %u, ngl %d, %u thread(s), %u slot(s): "
+                    "%s GPU + %s host%s\n",
             cm->name, plan_model_arch(m), plan_model_decision_type(m)[0] ? " (decision)" : "",
-            resolved.ctx, resolved.ngl, resolved.parallel, gpu, host);
-    return 0;
+            place_device_name(slot->device, dev, sizeof dev), resolved.ctx, resolved.ngl,
+            resolved.threads, resolved.parallel, units_format_bytes(spec->gpu_bytes, gpu, sizeof gpu),
+            units_format_bytes(spec->host_bytes, host, sizeof host),
+            slot->rotates ? ", rotates" : "");
 }
 
-/* Whether every model fits beside all pinned ones, and the overall verdict. */
-static int plan_together(struct serve *sv, const struct sched_model_spec *specs) {
-    uint64_t pin_gpu = 0, pin_host = 0;
-    for (size_t i = 0; i < sv->n; i++)
-        if (specs[i].pin)
-            pin_gpu += specs[i].gpu_bytes, pin_host += specs[i].host_bytes;
-    uint64_t gpu_cap = sv->budget.gpu ? sv->budget.gpu_bytes : 0, all_gpu = 0, all_host = 0;
-    for (size_t i = 0; i < sv->n; i++) {
-        all_gpu += specs[i].gpu_bytes, all_host += specs[i].host_bytes;
-        uint64_t g = pin_gpu + (specs[i].pin ? 0 : specs[i].gpu_bytes);
-        uint64_t h = pin_host + (specs[i].pin ? 0 : specs[i].host_bytes);
-        if (g > gpu_cap || h > sv->budget.host_bytes) {
-            fprintf(stderr,
-                    "tandem serve: %s:%u: models.%s: does not fit beside the pinned models; "
-                    "unpin one or lower its ctx\n",
-                    sv->config_path, sv->cfg->models[i].line, specs[i].name);
-            return 2;
-        }
+/* Chooses the placement of every model and fills the specs. Returns 0 or 2. */
+static int plan_placement(struct serve *sv, struct sched_model_spec *specs) {
+    char err[1024], total[32];
+    if (placement_check_devices(sv->cfg, &sv->place_budget, err, sizeof err) != TANDEM_OK) {
+        fprintf(stderr, "tandem serve: %s\n", err);
+        return 2;
     }
-    bool together = all_gpu <= gpu_cap && all_host <= sv->budget.host_bytes;
-    char total[32];
+    struct place_result *r = mem_alloc(sizeof *r);
+    if (!r || placement_run(sv->cfg, sv->pm, &sv->place_budget, true, r, err, sizeof err) !=
+                  TANDEM_OK) {
+        fprintf(stderr, "tandem serve: %s\n", r ? err : "out of memory");
+        mem_free(r);
+        return 2;
+    }
+    uint32_t threads[PLACE_MAX_MODELS];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    placement_threads(&r->best, sv->pm, sv->n, cores > 0 ? (uint32_t)cores : 1, sv->simulated,
+                      sv->cfg->clients, threads);
+    for (size_t i = 0; i < sv->n; i++)
+        apply_slot(sv, i, &r->best.slot[i], threads[i], &specs[i]);
     units_format_bytes(sv->budget_total, total, sizeof total);
-    fprintf(stderr, "tandem serve: budget %s (%s): %s\n", total, sv->budget_source,
-            together ? "all models can be resident together"
-                     : "models rotate: they do not all fit at once");
+    fprintf(stderr, "tandem serve: budget %s (%s)%s\n", total, sv->budget_source,
+            sv->simulated ? "; GPU simulated: no GPU found, engines run on the CPU as though "
+                            "it existed"
+                          : "");
+    fprintf(stderr, "tandem serve: placement: %s: %s\n", r->best.label, r->best.reason);
+    mem_free(r);
     return 0;
 }
 
@@ -283,10 +298,8 @@ static int prepare(struct serve *sv, const char *llama_server, struct sched_mode
     if (!sv->pm || !sv->models || !sv->pmodels || !sv->file_sha256 || !*specs)
         return 1;
     config_budget(sv->cfg, sv);
-    for (size_t i = 0; i < sv->n; i++)
-        if (plan_model(sv, i, &(*specs)[i]))
-            return 2;
-    if (plan_together(sv, *specs) || compile_pipelines(sv, sv->cfg, &sv->pipelines))
+    if (open_models(sv) || plan_placement(sv, *specs) ||
+        compile_pipelines(sv, sv->cfg, &sv->pipelines))
         return 2;
     sv->default_model = default_model_index(sv);
     return 0;
@@ -342,16 +355,19 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
     sched_shutdown(sv->sched, on_drained, sv);
 }
 
-/* Same models (file, settings, engine arguments) in the same order? */
+/* Same models (file, settings, device, engine arguments) in the same order,
+ * and the same placement inputs? */
 static bool same_models(const struct config *a, const struct config *b) {
-    if (a->n_models != b->n_models)
+    if (a->n_models != b->n_models || a->request_tokens != b->request_tokens ||
+        a->clients != b->clients)
         return false;
     for (size_t i = 0; i < a->n_models; i++) {
         const struct config_model *x = &a->models[i], *y = &b->models[i];
         if (strcmp(x->name, y->name) || strcmp(x->path, y->path) ||
             !plan_settings_equal(&x->settings, &y->settings) ||
             x->n_extra_args != y->n_extra_args || x->n_aliases != y->n_aliases ||
-            x->pin != y->pin || x->keep_alive_ms != y->keep_alive_ms)
+            x->pin != y->pin || x->keep_alive_ms != y->keep_alive_ms || x->device != y->device ||
+            x->gpu != y->gpu)
             return false;
         for (size_t k = 0; k < x->n_extra_args; k++)
             if (strcmp(x->extra_args[k], y->extra_args[k]))
@@ -408,8 +424,8 @@ static void on_hup(evutil_socket_t sig, short what, void *arg) {
     if (config_load(sv->config_path, &next, err, sizeof err) != TANDEM_OK) {
         fprintf(stderr, "tandem serve: SIGHUP: keeping the running config: %s\n", err);
     } else if (!same_models(sv->cfg, next)) {
-        fprintf(stderr, "tandem serve: SIGHUP: the models changed; restart tandem to apply "
-                        "(nothing was changed)\n");
+        fprintf(stderr, "tandem serve: SIGHUP: the models or their placement changed; restart "
+                        "tandem to apply (nothing was changed)\n");
         config_free(next);
     } else if (!apply_config(sv, next)) {
         fprintf(stderr, "tandem serve: SIGHUP: keeping the running config\n");
@@ -457,12 +473,14 @@ static int open_outputs(struct serve *sv) {
         return 1;
     }
     struct sched_params sp = {.engine = sv->engine, .log_dir = log_dir,
-                              .gpu_budget = sv->budget.gpu ? sv->budget.gpu_bytes : 0,
-                              .host_budget = sv->budget.host_bytes,
+                              .n_gpus = sv->place_budget.n_gpus,
+                              .host_budget = sv->place_budget.host_bytes,
+                              .simulated = sv->simulated, .prefetch = true,
                               .queue_depth = sv->cfg->queue_depth,
                               .group_limit = sv->cfg->group_limit,
                               .max_wait_ms = sv->cfg->starvation_ms,
                               .stop_grace_ms = sv->cfg->stop_grace_ms, .metrics = sv->metrics};
+    memcpy(sp.gpu_budget, sv->place_budget.gpu_bytes, sizeof sp.gpu_budget);
     sv->sched = sched_new(sv->base, &sp);
     return sv->sched ? 0 : 1;
 }

@@ -101,8 +101,17 @@ tandem_err engine_child_argv(const char *binary, const char *model_path, const c
     push(&b, r->flash_attn ? "on" : "off");
     push_u(&b, "-b", r->batch);
     push_u(&b, "-ub", r->ubatch);
-    if (!r->gpu)
+    if (!r->gpu) {
         push(&b, "--no-repack"); /* keep weights mapped: planned RAM is the file, once */
+        push(&b, "--device");    /* no GPU at all: no context, no offloaded big ops */
+        push(&b, "none");
+    }
+    if (r->threads) {
+        push_u(&b, "-t", r->threads);
+        push_u(&b, "-tb", r->threads);
+    }
+    if (r->no_warmup)
+        push(&b, "--no-warmup");
     if (!r->kv_offload)
         push(&b, "-nkvo");
     if (r->swa_full)
@@ -147,7 +156,8 @@ uint16_t engine_child_free_port(void) {
 /* --- spawning -------------------------------------------------------------------- */
 
 /* In the child between fork and exec: async-signal-safe calls only. */
-static void exec_child(char *const *argv, int log_fd, int report_fd, pid_t parent) {
+static void exec_child(char *const *argv, char *const *envp, int log_fd, int report_fd,
+                       pid_t parent) {
     int devnull = open("/dev/null", O_RDONLY);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent || setpgid(0, 0) != 0 ||
         devnull < 0 || dup2(devnull, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0)
@@ -155,15 +165,43 @@ static void exec_child(char *const *argv, int log_fd, int report_fd, pid_t paren
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    execv(argv[0], argv);
+    execve(argv[0], argv, envp);
 fail:;
     int e = errno;
     (void)!write(report_fd, &e, sizeof e);
     _exit(127);
 }
 
-tandem_err engine_child_spawn(char *const *argv, const char *log_path, uint16_t port,
-                              struct engine_child **out, char *err, size_t errlen) {
+/* The name part of "NAME=value" equals that of e? */
+static bool same_name(const char *a, const char *e) {
+    size_t n = strcspn(a, "=");
+    return !strncmp(a, e, n) && e[n] == '=';
+}
+
+/* environ with env's entries replacing or adding theirs (shallow; free the
+ * array only), or NULL on OOM. */
+static char **child_env(char *const *env) {
+    size_t n = 0, k = 0;
+    while (environ[n])
+        n++;
+    while (env && env[k])
+        k++;
+    char **out = mem_calloc(n + k + 1, sizeof *out);
+    size_t o = 0;
+    for (size_t i = 0; out && i < n; i++) {
+        bool replaced = false;
+        for (size_t j = 0; j < k && !replaced; j++)
+            replaced = same_name(env[j], environ[i]);
+        if (!replaced)
+            out[o++] = environ[i];
+    }
+    for (size_t j = 0; out && j < k; j++)
+        out[o++] = env[j];
+    return out;
+}
+
+tandem_err engine_child_spawn(char *const *argv, char *const *env, const char *log_path,
+                              uint16_t port, struct engine_child **out, char *err, size_t errlen) {
     *out = NULL;
     struct engine_child *c = mem_calloc(1, sizeof *c);
     if (!c || !(c->log_path = mem_strdup(log_path))) {
@@ -184,10 +222,19 @@ tandem_err engine_child_spawn(char *const *argv, const char *log_path, uint16_t 
         engine_child_free(c);
         return TANDEM_ERR_SPAWN;
     }
+    char **envp = child_env(env);
+    if (!envp) {
+        close(log_fd);
+        close(report[0]);
+        close(report[1]);
+        engine_child_free(c);
+        return TANDEM_ERR_NOMEM;
+    }
     pid_t parent = getpid();
     c->pid = fork();
     if (c->pid == 0)
-        exec_child(argv, log_fd, report[1], parent);
+        exec_child(argv, envp, log_fd, report[1], parent);
+    mem_free(envp);
     int fork_errno = errno;
     close(log_fd);
     close(report[1]);

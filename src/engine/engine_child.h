@@ -23,7 +23,9 @@ struct engine_child; /* opaque */
  * plan_model_resolve; ngl must be explicit): -m, --host 127.0.0.1, --port,
  * explicit -c/-ngl with -fit off, -np (--kv-unified when set), -ctk/-ctv,
  * -fa on|off, -b/-ub (equal to the window for whole-batch encoders, as the
- * resolved settings already say), --no-repack on a CPU engine, -nkvo,
+ * resolved settings already say), --no-repack --device none on a CPU engine
+ * (no GPU context at all), -t/-tb when threads is set, --no-warmup when
+ * asked, -nkvo,
  * --swa-full, --alias, and -lv 4 --no-log-timestamps --no-log-prefix so the
  * buffer sizes are logged; never --embeddings or --pooling. extra (NULL or
  * NULL-terminated, borrowed) is appended verbatim. Writes a NULL-terminated
@@ -41,13 +43,15 @@ void engine_child_argv_free(char **argv);
  * released), or 0 on failure. */
 uint16_t engine_child_free_port(void);
 
-/* Starts argv[0] with argv (borrowed for the call), appending its output to
- * log_path (created 0600). port is what argv binds (for engine_child_port).
+/* Starts argv[0] with argv (borrowed for the call) and the environment plus
+ * env (NULL, or NULL-terminated "NAME=value" entries that replace or add to
+ * the inherited ones; borrowed), appending its output to log_path (created
+ * 0600). port is what argv binds (for engine_child_port).
  * On success *out is a new handle (caller frees with engine_child_free).
  * Returns TANDEM_ERR_IO (log file), TANDEM_ERR_SPAWN (fork/exec; err says
  * why, an exec failure included), TANDEM_ERR_NOMEM. */
-tandem_err engine_child_spawn(char *const *argv, const char *log_path, uint16_t port,
-                              struct engine_child **out, char *err, size_t errlen);
+tandem_err engine_child_spawn(char *const *argv, char *const *env, const char *log_path,
+                              uint16_t port, struct engine_child **out, char *err, size_t errlen);
 
 pid_t engine_child_pid(const struct engine_child *c);
 uint16_t engine_child_port(const struct engine_child *c);

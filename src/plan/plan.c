@@ -65,6 +65,8 @@ struct plan_model {
     uint64_t input_bytes;     /* token embeddings (host) */
     uint64_t output_bytes;    /* output layer: output.weight, final norm, heads */
     bool tied_output;         /* no output.weight: the token embeddings serve */
+    uint64_t n_params;        /* elements of every tensor */
+    uint64_t weight_bytes;    /* data bytes of every tensor */
     struct layer *layers;
 };
 
@@ -248,6 +250,8 @@ static void read_tensor_bytes(const struct gguf *g, struct plan_model *m) {
     for (uint64_t i = 0; i < gguf_tensor_count(g); i++) {
         const struct gguf_tensor *t = gguf_tensor_at(g, i);
         long b = block_of(t->name);
+        m->n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+        m->weight_bytes += t->size;
         if (b >= 0 && (uint64_t)b < m->n_layer)
             m->layers[b].weight_bytes += t->size;
         else if (gguf_str_eq(t->name, "token_embd.weight"))
@@ -394,6 +398,8 @@ uint32_t plan_model_n_layer(const struct plan_model *m) { return m->n_layer; }
 uint32_t plan_model_ctx_train(const struct plan_model *m) { return m->ctx_train; }
 bool plan_model_is_encoder(const struct plan_model *m) { return m->encoder; }
 const char *plan_model_header_sha256(const struct plan_model *m) { return m->header_sha256; }
+uint64_t plan_model_n_params(const struct plan_model *m) { return m->n_params; }
+uint64_t plan_model_weight_bytes(const struct plan_model *m) { return m->weight_bytes; }
 
 /* --- the arithmetic ------------------------------------------------------------ */
 
@@ -592,5 +598,5 @@ bool plan_settings_equal(const struct plan_settings *a, const struct plan_settin
            a->kv_unified == b->kv_unified && a->type_k == b->type_k && a->type_v == b->type_v &&
            a->flash_attn == b->flash_attn && a->batch == b->batch && a->ubatch == b->ubatch &&
            a->kv_offload == b->kv_offload && a->swa_full == b->swa_full && a->gpu == b->gpu &&
-           a->overhead == b->overhead;
+           a->threads == b->threads && a->no_warmup == b->no_warmup && a->overhead == b->overhead;
 }

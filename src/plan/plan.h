@@ -55,6 +55,11 @@ struct plan_settings {
     bool kv_offload;     /* KV on the layer's device (false = -nkvo: KV on the host) */
     bool swa_full;       /* --swa-full: full-size cache for sliding-window layers */
     bool gpu;            /* a GPU backend is used (false = CPU-only engine) */
+    uint32_t threads;    /* -t and -tb: CPU threads; 0 = the engine's default (no effect
+                          * on memory, so not part of a footprint's key) */
+    bool no_warmup;      /* --no-warmup: skip the engine's empty warm-up decode, which
+                          * only delays readiness on a CPU (docs/placement.md); not part
+                          * of a footprint's key either */
     uint64_t overhead;   /* per-process GPU overhead bytes; PLAN_OVERHEAD_DEFAULT =
                           * PLAN_GPU_OVERHEAD_BYTES on a GPU, 0 on a CPU */
 };
@@ -113,6 +118,10 @@ bool plan_model_is_encoder(const struct plan_model *m); /* whole prompt in one m
  * depends on lives there, so this names the model in the footprint cache
  * without reading gigabytes of weights. */
 const char *plan_model_header_sha256(const struct plan_model *m);
+/* Parameters (elements of every tensor) and data bytes of every tensor, as
+ * the tensor table gives them: what the cost model (cost.h) scales by. */
+uint64_t plan_model_n_params(const struct plan_model *m);
+uint64_t plan_model_weight_bytes(const struct plan_model *m);
 
 /* Resolves the settings the engine would really use for m (context 0 = the
  * training context, encoders' batches equal to the context, ngl capped at

@@ -115,6 +115,37 @@ const char *plan_cli_budget(const struct plan_cli *o, struct fit_budget *b, uint
     return source;
 }
 
+static uint32_t nvml_gpus(struct nvml **nvml) {
+    if (nvml_new(NULL, nvml, NULL, 0) != TANDEM_OK)
+        return 0;
+    size_t n = nvml_device_count(*nvml);
+    return n > PLACE_MAX_GPUS ? PLACE_MAX_GPUS : (uint32_t)n;
+}
+
+bool plan_cli_place_budget(const struct plan_cli *o, const struct fit_budget *b,
+                           struct place_budget *pb) {
+    memset(pb, 0, sizeof *pb);
+    pb->host_bytes = b->host_bytes;
+    if (!b->gpu)
+        return false;
+    struct nvml *nvml = NULL;
+    uint32_t found = nvml_gpus(&nvml);
+    uint64_t reserve = o->have_reserve ? o->reserve : DEFAULT_RESERVE;
+    if (o->have_vram || !found) {
+        pb->n_gpus = 1;
+        pb->gpu_bytes[0] = b->gpu_bytes;
+    } else {
+        for (uint32_t i = 0; i < found; i++) {
+            struct nvml_device d;
+            if (nvml_device_get(nvml, i, &d) != TANDEM_OK)
+                break;
+            pb->gpu_bytes[pb->n_gpus++] = d.total_bytes > reserve ? d.total_bytes - reserve : 0;
+        }
+    }
+    nvml_free(nvml);
+    return found == 0;
+}
+
 /* --- footprints: the planner, corrected by the cache ------------------------------------ */
 
 tandem_err plan_cli_footprint(const struct plan_model *m, const struct plan_settings *s,

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "plan/fit.h"
+#include "plan/place.h"
 #include "plan/plan.h"
 
 struct plan_cli {
@@ -33,6 +34,14 @@ int plan_cli_option(int c, const char *arg, struct plan_cli *o);
  * *total is the device's full size. Returns a static description of where
  * the budget came from. */
 const char *plan_cli_budget(const struct plan_cli *o, struct fit_budget *b, uint64_t *total);
+
+/* Fills *pb (output) from the same sources as plan_cli_budget, which filled
+ * b: with --vram (or a config's budget.vram), one GPU of b->gpu_bytes, which
+ * is simulated when NVML finds none (engines then run on the CPU, planned
+ * as though the GPU existed); else every NVML device, its total minus the
+ * reserve; else (or with --cpu) none. Returns true when the GPU is simulated. */
+bool plan_cli_place_budget(const struct plan_cli *o, const struct fit_budget *b,
+                           struct place_budget *pb);
 
 /* fit_footprint_fn: plan_model_footprint, then the footprint cache's
  * measurement for the same resolved settings when *(bool *)user is true. */

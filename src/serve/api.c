@@ -449,6 +449,8 @@ static void on_engine_done(void *user, int status, struct evbuffer *body, const 
     json_t *resp = json_loadb(text, len, 0, NULL);
     c->input_tokens = usage_input_tokens(resp);
     json_decref(resp);
+    if (c->route == R_SYSTEMONE && c->input_tokens > 0)
+        sched_job_tokens(c->job, c->input_tokens); /* a decision's cost per prompt token */
     if (c->api->p.cfg->log_bodies)
         c->response_copy = mem_strndup(text, len < AUDIT_BODY_MAX ? len : AUDIT_BODY_MAX);
     add_common_headers(c);

@@ -353,6 +353,12 @@ static bool k_max_connections(struct walk *w, struct fy_node *v, const char *p, 
 static bool k_group_limit(struct walk *w, struct fy_node *v, const char *p, void *t) {
     return get_u32(w, v, p, 1, &CFG(t)->group_limit);
 }
+static bool k_request_tokens(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    return get_u32(w, v, p, 1, &CFG(t)->request_tokens);
+}
+static bool k_clients(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    return get_u32(w, v, p, 1, &CFG(t)->clients);
+}
 static bool k_max_wait(struct walk *w, struct fy_node *v, const char *p, void *t) {
     return get_duration(w, v, p, false, &CFG(t)->starvation_ms);
 }
@@ -409,6 +415,18 @@ static bool k_m_ngl(struct walk *w, struct fy_node *v, const char *p, void *t) {
     MODEL(t)->settings.ngl = (int32_t)n;
     return true;
 }
+static bool k_m_device(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    char s[32];
+    if (!scalar(w, v, p, s, sizeof s))
+        return false;
+    if (place_want_parse(s, &MODEL(t)->device, &MODEL(t)->gpu) != TANDEM_OK)
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected auto, gpu, gpu:N or cpu, got \"%s\"", s);
+    MODEL(t)->device_line = (uint32_t)line_of(v);
+    return true;
+}
+static bool k_m_threads(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    return get_u32(w, v, p, 1, &MODEL(t)->settings.threads);
+}
 static bool k_m_parallel(struct walk *w, struct fy_node *v, const char *p, void *t) {
     return get_u32(w, v, p, 1, &MODEL(t)->settings.parallel);
 }
@@ -460,7 +478,8 @@ static const char *const OWNED_FLAGS[] = {
     "--gpu-layers", "-np", "--parallel", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v",
     "-fa", "--flash-attn", "-b", "--batch-size", "-ub", "--ubatch-size", "-fit", "--fit",
     "-lv", "--log-verbosity", "--embeddings", "--embedding", "--pooling", "--reranking",
-    "--alias", "-a", "--api-key", "--kv-unified", "-kvu", NULL};
+    "--alias", "-a", "--api-key", "--kv-unified", "-kvu", "-t", "--threads", "-tb",
+    "--threads-batch", "-dev", "--device", NULL};
 static bool k_m_extra(struct walk *w, struct fy_node *v, const char *p, void *t) {
     if (!get_list(w, v, p, &MODEL(t)->extra_args, &MODEL(t)->n_extra_args))
         return false;
@@ -480,7 +499,9 @@ static const struct key MODEL_KEYS[] = {
     {"batch", k_m_batch},         {"ubatch", k_m_ubatch},
     {"keep_alive", k_m_keep_alive}, {"pin", k_m_pin},
     {"priority", k_m_priority},   {"load_timeout", k_m_load_timeout},
-    {"extra_args", k_m_extra},    {NULL, NULL}};
+    {"extra_args", k_m_extra},    {"device", k_m_device},
+    {"threads", k_m_threads},
+    {NULL, NULL}};
 
 static bool k_models(struct walk *w, struct fy_node *v, const char *p, void *t) {
     struct config *c = CFG(t);
@@ -500,6 +521,7 @@ static bool k_models(struct walk *w, struct fy_node *v, const char *p, void *t) 
         snprintf(sub, sizeof sub, "%s.%s", p, name);
         m->settings = plan_default_settings();
         m->keep_alive_ms = 300000;
+        m->gpu = PLACE_ANY_GPU;
         m->load_timeout_ms = 120000;
         m->line = (uint32_t)line_of(k);
         if (!(m->name = mem_strdup(name)))
@@ -510,6 +532,13 @@ static bool k_models(struct walk *w, struct fy_node *v, const char *p, void *t) 
             char at[300];
             snprintf(at, sizeof at, "%s.path", sub);
             return fail(w, TANDEM_ERR_FORMAT, k, at, "is required");
+        }
+        if (m->device == PLACE_WANT_CPU && m->settings.ngl != PLAN_NGL_AUTO) {
+            char at[300];
+            snprintf(at, sizeof at, "%s.device", sub);
+            return fail(w, TANDEM_ERR_FORMAT, fy_node_mapping_lookup_by_string(mv, "device", -1),
+                        at, "cpu contradicts ngl: %d (ngl counts layers on a GPU); drop one of the two",
+                        m->settings.ngl);
         }
     }
     return true;
@@ -538,7 +567,8 @@ static bool k_limits(struct walk *w, struct fy_node *v, const char *p, void *t) 
 }
 static bool k_scheduling(struct walk *w, struct fy_node *v, const char *p, void *t) {
     static const struct key keys[] = {
-        {"group_limit", k_group_limit}, {"max_wait", k_max_wait}, {NULL, NULL}};
+        {"group_limit", k_group_limit}, {"max_wait", k_max_wait},
+        {"request_tokens", k_request_tokens}, {"clients", k_clients}, {NULL, NULL}};
     return walk_section(w, v, p, keys, t);
 }
 static bool k_shutdown(struct walk *w, struct fy_node *v, const char *p, void *t) {
@@ -1088,6 +1118,8 @@ static tandem_err set_defaults(struct config *c) {
     c->idle_timeout_ms = 60000;
     c->max_connections = 256;
     c->group_limit = 16;
+    c->request_tokens = 256;
+    c->clients = 1;
     c->starvation_ms = 30000;
     c->drain_grace_ms = 30000;
     c->stop_grace_ms = 10000;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "plan/place.h"
 #include "plan/plan.h"
 
 #define CONFIG_KEEP_ALIVE_FOREVER (-1)
@@ -27,8 +28,9 @@ struct config_model {
     struct plan_settings settings; /* ctx (0 = training context), ngl (PLAN_NGL_AUTO
                                     * unless set), parallel (default 1), cache types
                                     * (default f16), flash_attn (default false), batch,
-                                    * ubatch (0 = engine default / encoder window);
-                                    * gpu and overhead are filled in by serve */
+                                    * ubatch (0 = engine default / encoder window),
+                                    * threads (0 = the placement's split); gpu and
+                                    * overhead are filled in by serve */
     int64_t keep_alive_ms;         /* idle time before unload; CONFIG_KEEP_ALIVE_FOREVER;
                                     * default 300000 (5 min). YAML: "5m", "30s", "1h",
                                     * "forever", or milliseconds as an integer */
@@ -37,6 +39,10 @@ struct config_model {
     char **extra_args;             /* appended to the llama-server argv, verbatim */
     size_t n_extra_args;
     int64_t load_timeout_ms;       /* default 120000 */
+    enum place_want device;        /* device: auto (default), gpu, gpu:N or cpu */
+    int32_t gpu;                   /* N of gpu:N, else PLACE_ANY_GPU */
+    uint32_t device_line;          /* line of device:, 0 when absent; for the GPU count
+                                    * check, which needs the machine */
     uint32_t line;                 /* line of the model's key, for later messages */
 };
 
@@ -136,6 +142,10 @@ struct config {
     int64_t starvation_ms;         /* scheduling.max_wait: how long a resident model may
                                     * keep the device (from its readiness) while another
                                     * waits; then it drains; default 30000 */
+    uint32_t request_tokens;       /* scheduling.request_tokens: prompt tokens of a typical
+                                    * request, for placement; default 256 */
+    uint32_t clients;              /* scheduling.clients: requests in flight at once, for
+                                    * placement; default 1 */
     /* lifecycle */
     int64_t drain_grace_ms;        /* shutdown.grace: default 30000 */
     int64_t stop_grace_ms;         /* shutdown.engine_grace: SIGTERM -> SIGKILL, 10000 */

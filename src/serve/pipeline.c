@@ -454,19 +454,21 @@ static void on_engine_done(void *user, int status, struct evbuffer *body, const 
         return;
     }
     struct sched_timing t;
+    size_t len = evbuffer_get_length(body);
+    const char *text = len ? (const char *)evbuffer_pullup(body, (ev_ssize_t)len) : "";
+    json_t *answer = json_loadb(text, len, 0, NULL);
+    json_t *in = json_object_get(json_object_get(answer, "usage"), "input_tokens");
+    if (json_is_integer(in))
+        sched_job_tokens(r->job, (long)json_integer_value(in));
     sched_job_timing(r->job, &t);
     sched_job_done(r->job, status == 200);
     r->job = NULL;
     add_timing(r, &t);
-    size_t len = evbuffer_get_length(body);
-    const char *text = len ? (const char *)evbuffer_pullup(body, (ev_ssize_t)len) : "";
-    json_t *answer = json_loadb(text, len, 0, NULL);
     if (status != 200 || !json_is_object(json_object_get(answer, "answers"))) {
         stage_engine_error(r, status == 200 ? 502 : status, answer, text, len);
         json_decref(answer);
         return;
     }
-    json_t *in = json_object_get(json_object_get(answer, "usage"), "input_tokens");
     if (json_is_integer(in))
         r->tokens = (r->tokens < 0 ? 0 : r->tokens) + (long)json_integer_value(in);
     r->cont(r, answer); /* takes the reference */
@@ -474,9 +476,22 @@ static void on_engine_done(void *user, int status, struct evbuffer *body, const 
 
 static const struct http_upstream_ops engine_ops = {.done = on_engine_done};
 
+/* The model of the stage after the running one (the first verify stage after
+ * decide, the next verify stage after a verify stage), or SIZE_MAX. */
+static size_t next_stage_model(const struct pipeline_run *r) {
+    size_t n = r->cp->pl->n_verify;
+    if (!strcmp(r->stage_name, "decide"))
+        return n ? r->cp->verify[0].model : SIZE_MAX;
+    if (!strncmp(r->stage_name, "verify[", 7) && r->stage + 1 < n)
+        return r->cp->verify[r->stage + 1].model;
+    return SIZE_MAX;
+}
+
 static void on_job_start(struct sched_job *job, uint16_t port, void *user) {
-    (void)job;
     struct pipeline_run *r = user;
+    size_t next = next_stage_model(r);
+    if (next != SIZE_MAX)
+        sched_job_lookahead(job, r->set->models[next].sched_index);
     r->up = http_upstream_start(r->env.engines, port, EVHTTP_REQ_POST, "/v1/systemone",
                                 "application/json", r->body, strlen(r->body), NULL, NULL,
                                 &engine_ops, r);

@@ -35,10 +35,13 @@
 #include <sys/wait.h>
 
 #include "engine/engine_child.h"
+#include "plan/cost.h"
 #include "plan/footprint.h"
 #include "base/host.h"
+#include "base/prefetch.h"
 #include "serve/http.h"
 #include "base/mem.h"
+#include "version.h"
 
 #define HEALTH_POLL_MS 50
 #define UPSTREAM_EXIT_WAIT_MS 250 /* how long an engine hang-up waits for its exit status */
@@ -47,6 +50,9 @@
  * next request before a waiting model may take its memory (grouping) */
 #define GROUP_LINGER_MS 150
 #define BACKOFF_MAX_MS 30000
+#define PREFETCH_MARGIN (512ull << 20) /* host RAM a read-ahead leaves free */
+#define COST_FLUSH_SAMPLES 8           /* cost samples kept in memory before a write */
+#define NO_MODEL SIZE_MAX
 
 enum job_phase { JOB_WAITING, JOB_RUNNING, JOB_FAILING };
 
@@ -62,6 +68,8 @@ struct sched_job {
     int64_t submitted, started, deadline, loading_ms;
     struct event *timer; /* the deadline; then the wait for an exit status */
     char *upstream_msg;
+    long tokens;         /* prompt tokens the engine reported; <= 0 = unknown */
+    size_t next;         /* the model the owner goes to next, or NO_MODEL */
 };
 TAILQ_HEAD(job_list, sched_job);
 
@@ -71,6 +79,7 @@ struct smodel {
     char *name, *path;
     const struct plan_model *pm;
     struct plan_settings settings;
+    int32_t device;          /* GPU index, or PLACE_CPU */
     uint64_t gpu, host;
     int64_t keep_alive_ms, load_timeout_ms;
     bool pin;
@@ -89,8 +98,14 @@ struct smodel {
     uint32_t n_running, n_waiting, group_count, crashes;
     bool draining, stop_asked;
     int64_t last_used, load_started, ready_at, retry_at;
-    uint64_t loads, evictions, crash_total;
+    uint64_t loads, evictions, crash_total, prefetches, lookaheads;
     uint64_t measured_gpu, measured_host;
+    bool handed_off;         /* its last client moved on to another model (lookahead) */
+    bool prefetched;         /* its file was read ahead for the next load (once per load) */
+    bool first_pending;      /* ready, and no answer yet: the next one is the first */
+    int64_t stop_started;    /* when the current stop was asked */
+    int64_t stop_ms, ready_ms, first_ms; /* the last swap's parts; -1 = not yet */
+    struct cost_record cost; /* samples not yet written to the cost cache */
     char last_error[1024];
 };
 
@@ -108,11 +123,12 @@ struct sched {
     void (*done)(void *);
     void *done_user;
     struct prom_metric *m_loads, *m_evictions, *m_crashes, *m_load_seconds, *m_resident,
-        *m_queue, *m_state;
+        *m_queue, *m_state, *m_device, *m_prefetches;
 };
 
 static void kick(struct sched *s);
 static void stop_model(struct smodel *m, const char *reason);
+static void spawn(struct smodel *m);
 
 /* --- metrics ------------------------------------------------------------------------------- */
 
@@ -139,6 +155,11 @@ static void register_metrics(struct sched *s) {
     s->m_queue = prom_register(p, PROM_GAUGE, "tandem_queue_depth", "Jobs waiting", NULL, NULL, 0);
     s->m_state = prom_register(p, PROM_GAUGE, "tandem_model_resident",
                                "1 while the model's engine is resident", model, NULL, 0);
+    s->m_device = prom_register(p, PROM_GAUGE, "tandem_model_device",
+                                "1 for the device the model's layers run on (gpu:N or cpu)",
+                                model_device, NULL, 0);
+    s->m_prefetches = prom_register(p, PROM_COUNTER, "tandem_model_prefetches_total",
+                                    "Model files read ahead of a load", model, NULL, 0);
 }
 
 static void count(struct prom_metric *metric, struct smodel *m, double v) {
@@ -157,6 +178,10 @@ static void publish_state(struct smodel *m) {
     }
     if (s->m_state)
         prom_set(s->m_state, one, holds);
+    char dev[16];
+    const char *device[] = {m->name, place_device_name(m->device, dev, sizeof dev)};
+    if (s->m_device)
+        prom_set(s->m_device, device, 1);
     if (s->m_queue)
         prom_set(s->m_queue, NULL, s->n_waiting);
 }
@@ -174,19 +199,104 @@ static bool holds_memory(const struct smodel *m) {
     return m->state == SCHED_LOADING || m->state == SCHED_RESIDENT || m->state == SCHED_STOPPING;
 }
 
-/* Whether m fits beside every model holding memory, minus those in freeing. */
-static bool fits(const struct sched *s, const struct smodel *m, uint64_t free_gpu,
-                 uint64_t free_host) {
-    uint64_t gpu = m->gpu, host = m->host;
+/* Bytes per device: each GPU's, then the host's. */
+struct usage {
+    uint64_t gpu[PLACE_MAX_GPUS];
+    uint64_t host;
+};
+
+static void add_usage(struct usage *u, const struct smodel *m) {
+    if (m->device >= 0 && m->device < PLACE_MAX_GPUS)
+        u->gpu[m->device] += m->gpu;
+    u->host += m->host;
+}
+
+static uint64_t minus(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+
+/* What m lacks beside every model holding memory, minus freed (per device;
+ * all zero = it fits). */
+static struct usage shortfall(const struct sched *s, const struct smodel *m,
+                              const struct usage *freed) {
+    struct usage u = {0}, out = {0};
+    add_usage(&u, m);
     for (size_t i = 0; i < s->n_models; i++)
         if (s->models[i] != m && holds_memory(s->models[i]))
-            gpu += s->models[i]->gpu, host += s->models[i]->host;
-    gpu = gpu > free_gpu ? gpu - free_gpu : 0;
-    host = host > free_host ? host - free_host : 0;
-    return gpu <= s->p.gpu_budget && host <= s->p.host_budget;
+            add_usage(&u, s->models[i]);
+    for (uint32_t g = 0; g < s->p.n_gpus && g < PLACE_MAX_GPUS; g++)
+        out.gpu[g] = minus(minus(u.gpu[g], freed->gpu[g]), s->p.gpu_budget[g]);
+    out.host = minus(minus(u.host, freed->host), s->p.host_budget);
+    return out;
+}
+
+static bool fits(const struct sched *s, const struct smodel *m, const struct usage *freed) {
+    struct usage sh = shortfall(s, m, freed);
+    for (uint32_t g = 0; g < PLACE_MAX_GPUS; g++)
+        if (sh.gpu[g])
+            return false;
+    return sh.host == 0;
+}
+
+static const struct usage NOTHING_FREED;
+
+/* Whether stopping r would free memory m lacks. */
+static bool helps(const struct sched *s, const struct smodel *r, const struct smodel *m,
+                  const struct usage *freed) {
+    struct usage sh = shortfall(s, m, freed);
+    return (sh.host && r->host) ||
+           (r->device >= 0 && r->device < PLACE_MAX_GPUS && sh.gpu[r->device] && r->gpu);
 }
 
 static bool idle(const struct smodel *m) { return m->n_running == 0 && m->n_waiting == 0; }
+
+/* --- costs and read-ahead --------------------------------------------------------------------- */
+
+/* The device kind m's measurements describe: the CPU for a CPU engine (or
+ * any engine on a simulated GPU, which computes on the CPU), the GPU for an
+ * engine with every layer on a real one; -1 for a partial offload, whose
+ * costs are a mix of both. */
+static int cost_device(const struct smodel *m) {
+    if (m->device == PLACE_CPU || m->s->p.simulated)
+        return COST_CPU;
+    return m->settings.ngl >= (int32_t)plan_model_n_layer(m->pm) + 1 ? COST_GPU : -1;
+}
+
+/* Writes m's pending cost samples to the cache. */
+static void flush_cost(struct smodel *m) {
+    struct cost_record *c = &m->cost;
+    int d = cost_device(m);
+    if (d < 0 || !m->pm || (!c->loads && !c->firsts && !c->requests))
+        return;
+    char err[512];
+    if (cost_record_add(m->pm, TANDEM_ENGINE_BUILD, (enum cost_device)d, c, err, sizeof err) !=
+        TANDEM_OK)
+        fprintf(stderr, "tandem: %s: cost not recorded: %s\n", m->name, err);
+    memset(c, 0, sizeof *c);
+}
+
+/* One answered job of m: its running time per prompt token. */
+static void note_answer(struct smodel *m, const struct sched_job *j, int64_t now) {
+    double ms = (double)(now - j->started);
+    if (m->first_pending)
+        m->first_ms = (int64_t)ms;
+    if (j->tokens > 0 && m->first_pending)
+        m->cost.firsts++, m->cost.first_tokens += (uint64_t)j->tokens, m->cost.first_ms += ms;
+    else if (j->tokens > 0)
+        m->cost.requests++, m->cost.tokens += (uint64_t)j->tokens, m->cost.request_ms += ms;
+    m->first_pending = false;
+    if (m->cost.loads + m->cost.firsts + m->cost.requests >= COST_FLUSH_SAMPLES)
+        flush_cost(m);
+}
+
+/* Reads m's file ahead of its next load (once), when enabled and host RAM
+ * allows. */
+static void prefetch(struct smodel *m) {
+    if (!m->s->p.prefetch || m->prefetched || holds_memory(m) ||
+        prefetch_start(m->path, PREFETCH_MARGIN) != TANDEM_OK)
+        return;
+    m->prefetched = true;
+    m->prefetches++;
+    count(m->s->m_prefetches, m, 1);
+}
 
 /* --- jobs ----------------------------------------------------------------------------------- */
 
@@ -274,6 +384,7 @@ static void job_start(struct sched_job *j) {
     TAILQ_INSERT_TAIL(&m->running, j, link);
     m->n_running++;
     m->last_used = j->started;
+    m->handed_off = false;
     event_del(m->timer); /* no keep-alive expiry while busy */
     for (size_t i = 0; i < s->n_models; i++)
         if (s->models[i] != m && s->models[i]->n_waiting && !holds_memory(s->models[i])) {
@@ -299,7 +410,8 @@ tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms,
         return TANDEM_ERR_NOMEM;
     struct smodel *m = s->models[index];
     *j = (struct sched_job){.s = s, .m = m, .ops = ops, .user = user, .phase = JOB_WAITING,
-                            .submitted = host_now_ms(), .deadline = deadline_ms};
+                            .submitted = host_now_ms(), .deadline = deadline_ms,
+                            .next = NO_MODEL};
     j->timer = event_new(s->base, -1, 0, on_deadline, j);
     if (!j->timer) {
         mem_free(j);
@@ -319,10 +431,32 @@ tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms,
 
 void sched_job_done(struct sched_job *j, bool ok) {
     struct sched *s = j->s;
-    if (ok)
-        j->m->crashes = 0;
+    struct smodel *m = j->m;
+    if (ok && j->phase == JOB_RUNNING) {
+        m->crashes = 0;
+        note_answer(m, j, host_now_ms());
+    }
+    if (j->next != NO_MODEL && j->phase == JOB_RUNNING)
+        m->handed_off = true;
     job_free(j);
     kick(s);
+}
+
+void sched_job_tokens(struct sched_job *j, long tokens) { j->tokens = tokens; }
+
+void sched_job_lookahead(struct sched_job *j, size_t next) {
+    struct sched *s = j->s;
+    if (next >= s->n_models || s->models[next] == j->m || s->shutting_down)
+        return;
+    struct smodel *n = s->models[next];
+    j->next = next;
+    n->lookaheads++;
+    if (holds_memory(n) || n->retry_at > host_now_ms())
+        return;
+    if (fits(s, n, &NOTHING_FREED))
+        spawn(n); /* memory allows it now: load while the current stage runs */
+    else
+        prefetch(n);
 }
 
 void sched_job_cancel(struct sched_job *j) { sched_job_done(j, false); }
@@ -423,7 +557,9 @@ static void on_exit_fd(evutil_socket_t fd, short what, void *arg) {
     char why[96];
     engine_child_describe_status(status, why, sizeof why);
     if (m->state == SCHED_STOPPING) {
-        fprintf(stderr, "tandem: %s stopped (%s)\n", m->name, why);
+        m->stop_ms = host_now_ms() - m->stop_started;
+        fprintf(stderr, "tandem: %s stopped in %lld ms (%s)\n", m->name, (long long)m->stop_ms,
+                why);
         drop_child(m);
         set_state(m, SCHED_UNLOADED);
     } else {
@@ -458,6 +594,11 @@ static void became_ready(struct smodel *m) {
     m->loads++;
     m->last_used = m->ready_at;
     m->group_count = 0;
+    m->ready_ms = m->ready_at - m->load_started;
+    m->first_ms = -1;
+    m->first_pending = true;
+    m->cost.loads++;
+    m->cost.load_ms += (double)m->ready_ms;
     count(m->s->m_loads, m, 1);
     const char *labels[] = {m->name};
     double secs = (double)(m->ready_at - m->load_started) / 1000.0;
@@ -537,9 +678,14 @@ static void spawn(struct smodel *m) {
     tandem_err e = port ? engine_child_argv(m->s->engine, m->path, m->name, &m->settings, port,
                                             m->extra, &argv)
                         : TANDEM_ERR_IO;
+    char visible[48];
+    char *env[] = {visible, NULL};
+    snprintf(visible, sizeof visible, "CUDA_VISIBLE_DEVICES=%d", m->device);
+    bool choose_gpu = m->device >= 0 && m->s->p.n_gpus > 1 && !m->s->p.simulated;
     if (e == TANDEM_OK) {
         rotate_log(m->log_path);
-        e = engine_child_spawn(argv, m->log_path, port, &m->child, err, sizeof err);
+        e = engine_child_spawn(argv, choose_gpu ? env : NULL, m->log_path, port, &m->child, err,
+                               sizeof err);
     }
     engine_child_argv_free(argv);
     if (e == TANDEM_OK)
@@ -559,6 +705,7 @@ static void spawn(struct smodel *m) {
         return;
     }
     event_add(m->exit_ev, NULL);
+    m->prefetched = false;
     m->load_started = host_now_ms();
     m->last_error[0] = '\0';
     set_state(m, SCHED_LOADING);
@@ -580,6 +727,8 @@ static void stop_model(struct smodel *m, const char *reason) {
     if (m->s->m_evictions)
         prom_add(m->s->m_evictions, labels, 1);
     m->stop_asked = true;
+    m->stop_started = host_now_ms();
+    flush_cost(m);
     if (m->health) {
         http_upstream_cancel(m->health);
         m->health = NULL;
@@ -638,16 +787,18 @@ static bool may_evict(const struct smodel *r, const struct smodel *m, int pass,
     if (!oldest) /* an admin load: idle ones only, at once */
         return pass == 0 && idle(r);
     if (pass == 0)
-        return idle(r) && (now - r->last_used >= GROUP_LINGER_MS || turn_over(r, oldest, now));
+        return idle(r) && (r->handed_off || now - r->last_used >= GROUP_LINGER_MS ||
+                           turn_over(r, oldest, now));
     return r->draining || turn_over(r, oldest, now);
 }
 
 static struct smodel *lru_candidate(struct sched *s, const struct smodel *m, int pass,
-                                    const struct sched_job *oldest, int64_t now, bool *chosen) {
+                                    const struct sched_job *oldest, int64_t now, bool *chosen,
+                                    const struct usage *freed) {
     struct smodel *best = NULL;
     for (size_t i = 0; i < s->n_models; i++) {
         struct smodel *r = s->models[i];
-        if (!chosen[i] && may_evict(r, m, pass, oldest, now) &&
+        if (!chosen[i] && may_evict(r, m, pass, oldest, now) && helps(s, r, m, freed) &&
             (!best || r->priority < best->priority ||
              (r->priority == best->priority && r->last_used < best->last_used)))
             best = r;
@@ -659,7 +810,7 @@ static struct smodel *lru_candidate(struct sched *s, const struct smodel *m, int
 
 /* Makes room for m (whose oldest job is oldest). Returns true when it loaded. */
 static bool make_room(struct sched *s, struct smodel *m, const struct sched_job *oldest) {
-    if (fits(s, m, 0, 0)) {
+    if (fits(s, m, &NOTHING_FREED)) {
         spawn(m);
         return true;
     }
@@ -668,24 +819,25 @@ static bool make_room(struct sched *s, struct smodel *m, const struct sched_job 
             return false; /* memory is on its way: decide again when it settles */
     bool chosen[s->n_models];
     memset(chosen, 0, sizeof chosen);
-    uint64_t free_gpu = 0, free_host = 0;
+    struct usage freed = {0};
     int64_t now = host_now_ms();
     struct smodel *victims[s->n_models];
     size_t n = 0;
-    for (int pass = 0; pass < 2 && !fits(s, m, free_gpu, free_host); pass++) {
+    for (int pass = 0; pass < 2 && !fits(s, m, &freed); pass++) {
         struct smodel *r;
-        while (!fits(s, m, free_gpu, free_host) &&
-               (r = lru_candidate(s, m, pass, oldest, now, chosen))) {
+        while (!fits(s, m, &freed) &&
+               (r = lru_candidate(s, m, pass, oldest, now, chosen, &freed))) {
             victims[n++] = r;
-            free_gpu += r->gpu, free_host += r->host;
+            add_usage(&freed, r);
         }
     }
-    if (!fits(s, m, free_gpu, free_host)) {
+    if (!fits(s, m, &freed)) {
         /* not yet: look again once a linger may be over (turns end by time too) */
         if (!event_pending(s->starve_ev, EV_TIMEOUT, NULL))
             timer_in(s->starve_ev, GROUP_LINGER_MS);
         return false;
     }
+    prefetch(m); /* while the victims drain and exit */
     for (size_t i = 0; i < n; i++) {
         if (victims[i]->n_running == 0 && victims[i]->n_waiting == 0)
             stop_model(victims[i], "room");
@@ -731,7 +883,7 @@ static void maybe_done(struct sched *s) {
 static void load_asked_models(struct sched *s) {
     for (size_t i = 0; i < s->n_models; i++) {
         struct smodel *m = s->models[i];
-        if (m->load_asked && !holds_memory(m) && fits(s, m, 0, 0)) {
+        if (m->load_asked && !holds_memory(m) && fits(s, m, &NOTHING_FREED)) {
             m->load_asked = false;
             spawn(m);
         }
@@ -784,6 +936,7 @@ struct sched *sched_new(struct event_base *base, const struct sched_params *p) {
 }
 
 static void free_model(struct smodel *m) {
+    flush_cost(m);
     struct sched_job *j;
     while ((j = TAILQ_FIRST(&m->running)))
         job_free(j);
@@ -843,7 +996,8 @@ tandem_err sched_add_model(struct sched *s, const struct sched_model_spec *spec,
     if (!m)
         return TANDEM_ERR_NOMEM;
     *m = (struct smodel){.s = s, .index = s->n_models, .pm = spec->model,
-                         .settings = spec->settings, .gpu = spec->gpu_bytes,
+                         .settings = spec->settings, .device = spec->device,
+                         .stop_ms = -1, .ready_ms = -1, .first_ms = -1, .gpu = spec->gpu_bytes,
                          .host = spec->host_bytes, .keep_alive_ms = spec->keep_alive_ms,
                          .load_timeout_ms = spec->load_timeout_ms, .pin = spec->pin,
                          .priority = spec->priority};
@@ -879,20 +1033,20 @@ tandem_err sched_load(struct sched *s, size_t index) {
     struct smodel *m = s->models[index];
     if (holds_memory(m) || s->shutting_down)
         return m->state == SCHED_STOPPING ? TANDEM_ERR_UNSUPPORTED : TANDEM_OK;
-    if (fits(s, m, 0, 0)) {
+    if (fits(s, m, &NOTHING_FREED)) {
         spawn(m);
         return TANDEM_OK;
     }
-    uint64_t free_gpu = 0, free_host = 0;
+    struct usage freed = {0};
     bool chosen[s->n_models];
     memset(chosen, 0, sizeof chosen);
     struct smodel *victims[s->n_models], *r;
     size_t n = 0;
-    while (!fits(s, m, free_gpu, free_host) && (r = lru_candidate(s, m, 0, NULL, 0, chosen))) {
+    while (!fits(s, m, &freed) && (r = lru_candidate(s, m, 0, NULL, 0, chosen, &freed))) {
         victims[n++] = r;
-        free_gpu += r->gpu, free_host += r->host;
+        add_usage(&freed, r);
     }
-    if (!fits(s, m, free_gpu, free_host))
+    if (!fits(s, m, &freed))
         return TANDEM_ERR_TOOBIG;
     for (size_t i = 0; i < n; i++)
         stop_model(victims[i], "room");
@@ -944,14 +1098,25 @@ const char *sched_state_name(enum sched_state st) {
 
 void sched_model_counts(const struct sched *s, size_t i, struct sched_counts *out) {
     const struct smodel *m = s->models[i];
-    *out = (struct sched_counts){m->loads, m->evictions, m->crash_total, m->n_waiting,
-                                 m->n_running};
+    *out = (struct sched_counts){m->loads,      m->evictions,  m->crash_total, m->prefetches,
+                                 m->lookaheads, m->n_waiting, m->n_running};
 }
+
+static json_t *ms_or_null(int64_t ms) { return ms >= 0 ? json_integer(ms) : json_null(); }
 
 static json_t *model_json(const struct smodel *m, int64_t now) {
     json_t *j = json_object();
+    char dev[16];
     json_object_set_new(j, "name", json_string(m->name));
     json_object_set_new(j, "state", json_string(sched_state_name(m->state)));
+    json_object_set_new(j, "device", json_string(place_device_name(m->device, dev, sizeof dev)));
+    json_object_set_new(j, "ngl", json_integer(m->settings.ngl));
+    json_object_set_new(j, "threads", json_integer(m->settings.threads));
+    json_object_set_new(j, "swap", json_pack("{s:o, s:o, s:o}", "stop_ms", ms_or_null(m->stop_ms),
+                                             "ready_ms", ms_or_null(m->ready_ms), "first_answer_ms",
+                                             ms_or_null(m->first_ms)));
+    json_object_set_new(j, "prefetches", json_integer((json_int_t)m->prefetches));
+    json_object_set_new(j, "lookaheads", json_integer((json_int_t)m->lookaheads));
     json_object_set_new(j, "planned", json_pack("{sIsI}", "gpu_bytes", (json_int_t)m->gpu,
                                                 "host_bytes", (json_int_t)m->host));
     json_object_set_new(j, "measured",
@@ -974,20 +1139,40 @@ static json_t *model_json(const struct smodel *m, int64_t now) {
     return j;
 }
 
+/* Per device: its budget and what holders use, GPUs first, then the host. */
+static json_t *devices_json(const struct sched *s, const struct usage *used) {
+    json_t *a = json_array();
+    for (uint32_t g = 0; g < s->p.n_gpus && g < PLACE_MAX_GPUS; g++) {
+        char dev[16];
+        json_array_append_new(a, json_pack("{s:s, s:I, s:I, s:b}", "device",
+                                           place_device_name((int32_t)g, dev, sizeof dev),
+                                           "budget_bytes", (json_int_t)s->p.gpu_budget[g],
+                                           "used_bytes", (json_int_t)used->gpu[g], "simulated",
+                                           s->p.simulated));
+    }
+    json_array_append_new(a, json_pack("{s:s, s:I, s:I, s:b}", "device", "host", "budget_bytes",
+                                       (json_int_t)s->p.host_budget, "used_bytes",
+                                       (json_int_t)used->host, "simulated", false));
+    return a;
+}
+
 json_t *sched_status_json(const struct sched *s) {
     int64_t now = host_now_ms();
-    uint64_t gpu = 0, host = 0;
+    struct usage used = {0};
+    uint64_t gpu = 0, gpu_budget = 0;
     json_t *models = json_array();
     for (size_t i = 0; i < s->n_models; i++) {
         const struct smodel *m = s->models[i];
         if (holds_memory(m))
-            gpu += m->gpu, host += m->host;
+            add_usage(&used, m);
         json_array_append_new(models, model_json(m, now));
     }
-    json_t *j = json_pack("{s{sIsIsIsI}s{sIsI}so}", "budget", "gpu_bytes",
-                          (json_int_t)s->p.gpu_budget, "host_bytes", (json_int_t)s->p.host_budget,
-                          "gpu_used_bytes", (json_int_t)gpu, "host_used_bytes", (json_int_t)host,
-                          "queue", "waiting", (json_int_t)s->n_waiting, "depth",
-                          (json_int_t)s->p.queue_depth, "models", models);
-    return j;
+    for (uint32_t g = 0; g < s->p.n_gpus && g < PLACE_MAX_GPUS; g++)
+        gpu += used.gpu[g], gpu_budget += s->p.gpu_budget[g];
+    return json_pack("{s{sIsIsIsIsbso}s{sIsI}so}", "budget", "gpu_bytes", (json_int_t)gpu_budget,
+                     "host_bytes", (json_int_t)s->p.host_budget, "gpu_used_bytes",
+                     (json_int_t)gpu, "host_used_bytes", (json_int_t)used.host, "simulated",
+                     s->p.simulated, "devices", devices_json(s, &used), "queue", "waiting",
+                     (json_int_t)s->n_waiting, "depth", (json_int_t)s->p.queue_depth, "models",
+                     models);
 }

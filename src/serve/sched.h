@@ -25,6 +25,7 @@
 #include <jansson.h>
 
 #include "base/err.h"
+#include "plan/place.h"
 #include "plan/plan.h"
 #include "serve/prom.h"
 
@@ -39,8 +40,11 @@ struct sched_model_spec {
     const char *name;
     const char *path;
     const struct plan_model *model;
-    struct plan_settings settings;   /* resolved launch settings (explicit ctx, ngl) */
-    uint64_t gpu_bytes, host_bytes;  /* the planned (or measured) footprint */
+    struct plan_settings settings;   /* resolved launch settings (explicit ctx, ngl, gpu,
+                                      * threads) */
+    int32_t device;                  /* the GPU index its layers use, or PLACE_CPU */
+    uint64_t gpu_bytes, host_bytes;  /* the planned (or measured) footprint: gpu_bytes on
+                                      * that GPU */
     int64_t keep_alive_ms;           /* idle time before unload; < 0 = forever */
     int64_t load_timeout_ms;
     bool pin;                        /* loaded at start, never evicted */
@@ -52,7 +56,12 @@ struct sched_model_spec {
 struct sched_params {
     const char *engine;       /* llama-server binary; copied */
     const char *log_dir;      /* <log_dir>/<model>.log per child; copied */
-    uint64_t gpu_budget, host_budget;
+    uint32_t n_gpus;                 /* GPUs budgeted (0 = none) */
+    uint64_t gpu_budget[PLACE_MAX_GPUS], host_budget;
+    bool simulated;                  /* the GPU is planned but absent: engines run on the
+                                      * CPU (status says so; no CUDA_VISIBLE_DEVICES) */
+    bool prefetch;                   /* read the next model's file ahead while the old
+                                      * engine drains, when host RAM allows */
     uint32_t queue_depth;     /* waiting jobs admitted in all */
     uint32_t group_limit;     /* jobs a resident model may start while another waits */
     int64_t max_wait_ms;      /* ... or until it has held the device this long (from its
@@ -115,6 +124,17 @@ void sched_job_cancel(struct sched_job *job);
  * job (502) with upstream_message if the child lives on. */
 void sched_job_upstream_failed(struct sched_job *job, const char *upstream_message);
 
+/* The engine's answer to a started job reported tokens prompt tokens: its
+ * running time per token feeds the cost cache (cost.h) when the job ends. */
+void sched_job_tokens(struct sched_job *job, long tokens);
+
+/* The owner of a started job knows that its next job goes to model next
+ * (a pipeline's verify stage after its decide stage). When next holds no
+ * engine, its file is read ahead and, if it fits beside everything now, it
+ * starts loading; and once this job ends, its model does not wait for this
+ * client to come back (no grouping linger), so a swap to next starts at once. */
+void sched_job_lookahead(struct sched_job *job, size_t next);
+
 /* The job's timing so far. */
 void sched_job_timing(const struct sched_job *job, struct sched_timing *t);
 
@@ -146,6 +166,8 @@ const char *sched_state_name(enum sched_state st);
 /* Counts across the scheduler's life, for tests and status. */
 struct sched_counts {
     uint64_t loads, evictions, crashes;
+    uint64_t prefetches;  /* reads ahead of a load */
+    uint64_t lookaheads;  /* pipelines that announced this model as their next stage */
     uint32_t waiting, running;
 };
 void sched_model_counts(const struct sched *s, size_t index, struct sched_counts *out);

@@ -125,7 +125,8 @@ class LlamaServer:
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
-        deadline = time.monotonic() + timeout
+        t0 = time.monotonic()
+        deadline = t0 + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"llama-server exited with {self.proc.returncode} "
@@ -133,6 +134,7 @@ class LlamaServer:
             try:
                 status, _ = http("GET", self.url + "/health", timeout=1)
                 if status == 200:
+                    self.ready_ms = (time.monotonic() - t0) * 1000
                     self.record_footprint()
                     return self
             except OSError:
@@ -142,14 +144,16 @@ class LlamaServer:
         raise AssertionError(f"llama-server not healthy after {timeout}s:\n{self.log_tail()}")
 
     def record_footprint(self):
-        """Feeds the buffer sizes this run logged to tandem's footprint cache,
-        as tandem does for its own children (`tandem footprint record`)."""
+        """Feeds the buffer sizes this run logged, and its spawn-to-ready time,
+        to tandem's footprint and cost caches, as tandem does for its own
+        children (`tandem footprint record`)."""
         tandem = os.environ.get("TANDEM_BIN", str(ROOT / "build" / "tandem"))
         if not self.record or not Path(tandem).exists():
             return
         self._log.flush()
         done = subprocess.run([tandem, "footprint", "record", str(self.model), str(self.log_path),
-                               "--pid", str(self.proc.pid), "--", *self.argv[1:]],
+                               "--pid", str(self.proc.pid), "--ready-ms", f"{self.ready_ms:.1f}",
+                               "--", *self.argv[1:]],
                               capture_output=True, text=True)
         if done.returncode != 0:
             self.kill()
