@@ -261,6 +261,14 @@ class Cleanup:
     def add(self, fn):
         self.items.append(fn)
 
+    def finish(self, tmpdir, keep_logs):
+        """Runs the cleanups, then removes tmpdir unless the logs are to be kept."""
+        self.run()
+        if keep_logs:
+            log(f"logs kept in {tmpdir}")
+        else:
+            subprocess.run(["rm", "-rf", tmpdir])
+
     def run(self):
         while self.items:
             fn = self.items.pop()
@@ -1293,11 +1301,7 @@ def main():
             phase("3. alternating workload", bench_workload, args.tandem, tmp, args.m, args.reps,
                   not args.no_script, cleanup, out)
     finally:
-        cleanup.run()
-        if args.keep_logs:
-            log(f"logs kept in {tmpdir}")
-        else:
-            subprocess.run(["rm", "-rf", tmpdir])
+        cleanup.finish(tmpdir, args.keep_logs)
     took = time.perf_counter() - t0
     if args.raw:
         Path(args.raw).write_text(json.dumps(

@@ -378,29 +378,47 @@ static json_t *placement_json(const struct placement *pl) {
                      (json_int_t)pl->result->n_considered);
 }
 
-static void print_arrangement(const char *indent, json_t *a) {
-    printf("%s%s\n%s  %s\n", indent, json_string_value(json_object_get(a, "label")), indent,
+static void print_arrangement(const char *first, json_t *a) {
+    const char *in = "    ";
+    printf("%s%s\n%s%s\n", first, json_string_value(json_object_get(a, "label")), in,
            json_string_value(json_object_get(a, "reason")));
     const char *k;
     json_t *v, *w;
     size_t i;
-    printf("%s  memory:", indent);
+    printf("%smemory:", in);
     json_object_foreach(json_object_get(a, "memory"), k, v) {
         char b[32];
         printf(" %s %s", k, units_format_bytes((uint64_t)json_integer_value(v), b, sizeof b));
     }
-    printf("\n%s  per request:", indent);
+    printf("\n%sper request:", in);
     json_array_foreach(json_object_get(a, "work"), i, w)
         printf("%s %s %.3f s (%.2f loads)", i ? ";" : "",
                json_string_value(json_object_get(w, "name")),
                json_real_value(json_object_get(w, "seconds")),
                json_real_value(json_object_get(w, "loads")));
-    printf("\n%s  per model request:", indent);
+    printf("\n%sper model request:", in);
     json_array_foreach(json_object_get(a, "models"), i, w) {
         printf("%s %s %.3f s", i ? ";" : "", json_string_value(json_object_get(w, "name")),
                json_real_value(json_object_get(w, "request_s")));
         if (json_is_true(json_object_get(w, "rotates")))
             printf(" + %.2f s per load", json_real_value(json_object_get(w, "load_s")));
+    }
+    printf("\n");
+}
+
+static const char *source(json_t *figure, const char *key) {
+    return json_is_true(json_object_get(figure, key)) ? "measured" : "estimate";
+}
+
+static void print_costs(json_t *c) {
+    printf("  cost %s:", json_string_value(json_object_get(c, "name")));
+    const char *dev[] = {"gpu", "cpu"};
+    for (int d = 0; d < 2; d++) {
+        json_t *f = json_object_get(c, dev[d]);
+        printf("%s %s %.2f ms/token (%s), %.2f s/load (%s)", d ? ";" : "", dev[d],
+               1000 * json_real_value(json_object_get(f, "token_s")),
+               source(f, "token_measured"), json_real_value(json_object_get(f, "load_s")),
+               source(f, "load_measured"));
     }
     printf("\n");
 }
@@ -412,19 +430,9 @@ static void print_placement(json_t *p) {
                : "");
     size_t i;
     json_t *c;
-    json_array_foreach(json_object_get(p, "costs"), i, c) {
-        json_t *g = json_object_get(c, "gpu"), *u = json_object_get(c, "cpu");
-        printf("  cost %s: gpu %.2f ms/token, %.2f s/load%s; cpu %.2f ms/token, %.2f s/load%s\n",
-               json_string_value(json_object_get(c, "name")),
-               1000 * json_real_value(json_object_get(g, "token_s")),
-               json_real_value(json_object_get(g, "load_s")),
-               json_is_true(json_object_get(g, "token_measured")) ? " (measured)" : " (estimate)",
-               1000 * json_real_value(json_object_get(u, "token_s")),
-               json_real_value(json_object_get(u, "load_s")),
-               json_is_true(json_object_get(u, "token_measured")) ? " (measured)" : " (estimate)");
-    }
-    printf("chosen: ");
-    print_arrangement("", json_object_get(p, "chosen"));
+    json_array_foreach(json_object_get(p, "costs"), i, c)
+        print_costs(c);
+    print_arrangement("chosen: ", json_object_get(p, "chosen"));
     json_t *rejected = json_object_get(p, "rejected");
     if (json_array_size(rejected))
         printf("rejected (%zu, best first):\n", json_array_size(rejected));

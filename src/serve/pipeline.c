@@ -476,15 +476,17 @@ static void on_engine_done(void *user, int status, struct evbuffer *body, const 
 
 static const struct http_upstream_ops engine_ops = {.done = on_engine_done};
 
-/* The model of the stage after the running one (the first verify stage after
- * decide, the next verify stage after a verify stage), or SIZE_MAX. */
+/* The model of the stage after the running one: the first verify stage after
+ * decide, the next verify stage after a verify stage, and after the last
+ * one the decide stage, where the agent's next request starts (agents call a
+ * pipeline in a loop). SIZE_MAX after an escalation. */
 static size_t next_stage_model(const struct pipeline_run *r) {
     size_t n = r->cp->pl->n_verify;
     if (!strcmp(r->stage_name, "decide"))
         return n ? r->cp->verify[0].model : SIZE_MAX;
-    if (!strncmp(r->stage_name, "verify[", 7) && r->stage + 1 < n)
-        return r->cp->verify[r->stage + 1].model;
-    return SIZE_MAX;
+    if (strncmp(r->stage_name, "verify[", 7))
+        return SIZE_MAX;
+    return r->stage + 1 < n ? r->cp->verify[r->stage + 1].model : r->cp->decide.model;
 }
 
 static void on_job_start(struct sched_job *job, uint16_t port, void *user) {

@@ -246,3 +246,14 @@ def test_gpu_without_a_gpu_or_vram_is_a_config_error(tandem_bin, tmp_path):
     assert done.returncode == 2
     assert f"models.{A}.device: gpu, but no GPU was found and budget.vram is not set" \
         in done.stderr, done.stderr
+
+
+def test_the_shipped_kev9b_example_keeps_laya_on_the_cpu(tandem_bin):
+    root = Path(__file__).resolve().parents[2]
+    j = plan_json(tandem_bin, "--config", root / "examples" / "kev9b-laya-6gb.yaml",
+                  "--no-measured")
+    d = devices(j["placement"]["chosen"])
+    assert d["kev-9b"] == ("gpu:0", 33, 33, False) and d["laya"] == ("cpu", 0, 31, False)
+    assert j["placement"]["chosen"]["work"][0] == {
+        "name": "decide", "pipeline": True, "seconds": j["placement"]["chosen"]["expected_s"],
+        "loads": 0.0}

@@ -428,7 +428,7 @@ def test_eviction_takes_the_lowest_priority_before_the_least_recently_used(serve
 def test_shipped_examples_check_and_serve(tandem_bin, tmp_path):
     import subprocess
     from conftest import ROOT, free_port
-    for name in ("tandem.yaml", "demo.yaml", "kev-laya-6gb.yaml"):
+    for name in ("tandem.yaml", "demo.yaml", "kev-laya-6gb.yaml", "kev9b-laya-6gb.yaml"):
         r = subprocess.run([str(tandem_bin), "serve", "--config", str(ROOT / "examples" / name),
                             "--check"], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
