@@ -266,6 +266,11 @@ Test(place, bad_input_is_refused) {
                  TANDEM_ERR_INVAL);
     cr_expect_eq(place_choose(f.pm, 0, NULL, 0, &f.budget, &f.params, by_hand, &f.sh, f.r),
                  TANDEM_ERR_INVAL);
+    f.pm[0].want = PLACE_WANT_GPU;
+    f.pm[0].gpu = 1; /* the budget has one GPU */
+    choose(&f);
+    cr_expect(!f.r->best.fits);
+    cr_expect(strstr(f.r->best.reason, "names no GPU"), "%s", f.r->best.reason);
     enum place_want w;
     int32_t g;
     cr_expect_eq(place_want_parse("gpu:2", &w, &g), TANDEM_OK);

@@ -454,9 +454,17 @@ static int apply_devices(const struct place_flags *pf, struct placement *pl) {
                     (int)len, pf->device[d]);
             return 2;
         }
-        if (place_want_parse(eq + 1, &pl->models[i].want, &pl->models[i].gpu) != TANDEM_OK) {
+        struct place_model *m = &pl->models[i];
+        if (place_want_parse(eq + 1, &m->want, &m->gpu) != TANDEM_OK) {
             fprintf(stderr, "tandem plan: --device %s: expected auto, gpu, gpu:N or cpu\n",
                     pf->device[d]);
+            return 2;
+        }
+        if (m->want == PLACE_WANT_GPU &&
+            (!pl->budget.n_gpus || m->gpu >= (int32_t)pl->budget.n_gpus)) {
+            fprintf(stderr, "tandem plan: --device %s: the budget has %u GPU(s)%s\n",
+                    pf->device[d], pl->budget.n_gpus,
+                    pl->budget.n_gpus ? "" : " (give --vram to plan for one)");
             return 2;
         }
     }

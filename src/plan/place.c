@@ -450,8 +450,12 @@ static void best_reason(const struct search *s, struct place_arrangement *a) {
     for (size_t w = 0; w < s->n_work; w++)
         loads += a->loads[w];
     snprintf(a->reason, sizeof a->reason,
-             "lowest expected latency: %.3f s per request on average, %.2f loads per request (%s)",
-             a->score, s->n_work ? loads / (double)s->n_work : 0, kind);
+             "lowest expected latency: %.3f s per request on average, %.2f loads per request "
+             "(%s)%s",
+             a->score, s->n_work ? loads / (double)s->n_work : 0, kind,
+             s->out->n_considered >= MAX_CONSIDERED
+                 ? "; the search stopped at its limit of arrangements"
+                 : "");
 }
 
 static void alt_reason(const struct search *s, const struct place_arrangement *best,
@@ -500,6 +504,9 @@ tandem_err place_choose(const struct place_model *models, size_t n, const struct
     }
     if (s->err == TANDEM_OK)
         assign(s, 0);
+    if (s->err == TANDEM_OK && !s->have_best)
+        snprintf(out->best.reason, sizeof out->best.reason,
+                 "does not fit: a model's device names no GPU of the budget");
     tandem_err e = s->err;
     if (e == TANDEM_OK && out->best.fits) {
         best_reason(s, &out->best);

@@ -101,6 +101,10 @@ def test_device_flag_and_work_flag(tandem_bin):
     done = subprocess.run([str(tandem_bin), "plan", fixture_path("laya-shape.gguf"),
                            "--device", "nope=cpu"], capture_output=True, text=True)
     assert done.returncode == 2 and "no model named 'nope'" in done.stderr
+    done = subprocess.run([str(tandem_bin), "plan", fixture_path("laya-shape.gguf"), "--vram",
+                           "6GiB", "--device", "laya-shape.gguf=gpu:3"], capture_output=True,
+                          text=True)
+    assert done.returncode == 2 and "the budget has 1 GPU(s)" in done.stderr, done.stderr
 
 
 # --- tandem serve on a simulated GPU ----------------------------------------------------------
