@@ -329,7 +329,7 @@ Test(cost, measurements_replace_the_estimate_and_calibrate_the_cpu) {
     cr_expect_float_eq(r.load_ms, 800, 1e-9);
     cr_expect_eq(cost_record_load(m, 11434, COST_GPU, &r), TANDEM_ERR_NOTFOUND);
     struct cost_model c;
-    cost_of(m, 11434, true, &c);
+    cost_of(m, 11434, true, cost_cpu_flops(11434, true, NULL), &c);
     const struct cost_figure *cpu = &c.on[COST_CPU];
     cr_expect(cpu->token_measured && cpu->load_measured);
     cr_expect_float_eq(cpu->token_s, 0.1 / 200, 1e-12);
@@ -339,12 +339,13 @@ Test(cost, measurements_replace_the_estimate_and_calibrate_the_cpu) {
     cr_expect(!c.on[COST_GPU].token_measured);
     /* the host's CPU FLOP/s now come from this model: 2 x params x 200 / 0.1 s */
     bool measured;
-    double flops = cost_cpu_flops(11434, &measured);
+    double flops = cost_cpu_flops(11434, true, &measured);
     cr_expect(measured);
     cr_expect_float_eq(flops, 2 * (double)plan_model_n_params(m) * 200 / 0.1, 1);
-    cr_expect(!cost_cpu_flops(11000, &measured) || !measured); /* another build: default */
+    cr_expect(!cost_cpu_flops(11000, true, &measured) || !measured); /* another build: default */
+    cr_expect(cost_cpu_flops(11434, false, &measured) > 0 && !measured); /* not asked */
     /* without measurements, the estimate */
-    cost_of(m, 11434, false, &c);
+    cost_of(m, 11434, false, cost_cpu_flops(11434, false, NULL), &c);
     cr_expect(!c.on[COST_CPU].token_measured);
     plan_model_free(m);
 }

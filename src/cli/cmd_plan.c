@@ -486,10 +486,12 @@ static int place(const struct config *cfg, const struct fit_model *fm, size_t n,
         pl->n_work = placement_inputs(cfg, file_pm, use_measured, pl->models, pl->work);
         pl->params = placement_params(cfg);
     } else {
+        double cpu_flops = cost_cpu_flops(TANDEM_ENGINE_BUILD, use_measured, NULL);
         for (size_t i = 0; i < n; i++) {
             pl->models[i] = (struct place_model){.name = fm[i].name, .model = fm[i].model,
                                                  .settings = fm[i].settings, .gpu = PLACE_ANY_GPU};
-            cost_of(fm[i].model, TANDEM_ENGINE_BUILD, use_measured, &pl->models[i].cost);
+            cost_of(fm[i].model, TANDEM_ENGINE_BUILD, use_measured, cpu_flops,
+                    &pl->models[i].cost);
         }
         pl->params = (struct place_params){.tokens = 256, .clients = 1, .group_limit = 16};
         if (!pf->each && n <= PLACE_MAX_STAGES) { /* the first decides, the others verify */

@@ -10,7 +10,6 @@
 #include "plan/cost.h"
 
 #include <dirent.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -19,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/cache.h"
+#include "plan/footprint.h"
 
 #define FIELDS(X)                                                                             \
     X(loads, u) X(load_ms, d) X(firsts, u) X(first_tokens, u) X(first_ms, d) X(requests, u)      \
@@ -28,14 +28,9 @@ const char *cost_device_name(enum cost_device d) { return d == COST_GPU ? "gpu" 
 
 static tandem_err record_path(const struct plan_model *m, int64_t build, bool create, char *out,
                               size_t cap) {
-    char dir[4096];
-    tandem_err e = create ? cache_make_dir(dir, sizeof dir, "footprints")
-                          : cache_path(dir, sizeof dir, "footprints");
-    if (e != TANDEM_OK)
-        return e;
-    int n = snprintf(out, cap, "%s/cost-%s-b%" PRId64 ".json", dir, plan_model_header_sha256(m),
-                     build);
-    return n < 0 || (size_t)n >= cap ? TANDEM_ERR_TOOBIG : TANDEM_OK;
+    char name[128];
+    snprintf(name, sizeof name, "cost-%s-b%" PRId64, plan_model_header_sha256(m), build);
+    return footprint_cache_path(name, create, out, cap);
 }
 
 static double num(json_t *o, const char *key) {
@@ -105,7 +100,7 @@ tandem_err cost_record_load(const struct plan_model *m, int64_t build, enum cost
 
 tandem_err cost_record_add(const struct plan_model *m, int64_t build, enum cost_device d,
                            const struct cost_record *delta, char *err, size_t errlen) {
-    char path[4300], tmp[4400];
+    char path[4300];
     tandem_err e = record_path(m, build, true, path, sizeof path);
     if (e != TANDEM_OK) {
         tandem_errmsg(err, errlen, "cost cache: %s", tandem_strerror(e));
@@ -125,15 +120,9 @@ tandem_err cost_record_add(const struct plan_model *m, int64_t build, enum cost_
     json_object_set_new(o, "n_params", json_integer((json_int_t)plan_model_n_params(m)));
     json_object_set_new(o, "engine_build", json_integer((json_int_t)build));
     json_object_set_new(o, cost_device_name(d), record_json(&r));
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    int rc = json_dump_file(o, tmp, JSON_INDENT(1) | JSON_SORT_KEYS);
+    e = footprint_cache_write(path, o, err, errlen);
     json_decref(o);
-    if (rc != 0 || rename(tmp, path) != 0) {
-        tandem_errmsg(err, errlen, "%s: cannot write: %s", path, strerror(errno));
-        unlink(tmp);
-        return TANDEM_ERR_IO;
-    }
-    return TANDEM_OK;
+    return e;
 }
 
 /* --- the estimate -------------------------------------------------------------------------- */
@@ -164,12 +153,13 @@ static double default_cpu_flops(void) {
     return COST_CPU_FLOPS_PER_CORE * (double)(cores > 0 ? cores : 1);
 }
 
-double cost_cpu_flops(int64_t build, bool *measured) {
+double cost_cpu_flops(int64_t build, bool use_measured, bool *measured) {
     char dir[4096], path[4400], suffix[32];
     double seen[MAX_CALIBRATION];
     size_t n = 0;
     snprintf(suffix, sizeof suffix, "-b%" PRId64 ".json", build);
-    DIR *d = cache_path(dir, sizeof dir, "footprints") == TANDEM_OK ? opendir(dir) : NULL;
+    DIR *d = use_measured && cache_path(dir, sizeof dir, "footprints") == TANDEM_OK ? opendir(dir)
+                                                                                   : NULL;
     struct dirent *e;
     while (d && n < MAX_CALIBRATION && (e = readdir(d))) {
         size_t len = strlen(e->d_name), sl = strlen(suffix);
@@ -220,10 +210,10 @@ static void apply(const struct cost_record *r, struct cost_figure *f) {
     }
 }
 
-void cost_of(const struct plan_model *m, int64_t build, bool use_measured, struct cost_model *out) {
+void cost_of(const struct plan_model *m, int64_t build, bool use_measured, double cpu_flops,
+             struct cost_model *out) {
     cost_estimate(m, COST_GPU, COST_GPU_FLOPS, &out->on[COST_GPU]);
-    cost_estimate(m, COST_CPU, use_measured ? cost_cpu_flops(build, NULL) : default_cpu_flops(),
-                  &out->on[COST_CPU]);
+    cost_estimate(m, COST_CPU, cpu_flops, &out->on[COST_CPU]);
     if (!use_measured)
         return;
     for (int d = 0; d < COST_DEVICE_COUNT; d++) {

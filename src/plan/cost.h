@@ -76,10 +76,11 @@ tandem_err cost_record_load(const struct plan_model *m, int64_t engine_build, en
                             struct cost_record *out);
 
 /* This host's effective CPU FLOP/s: the median of 2 x parameters x tokens /
- * time over every CPU record in the cache for engine_build, else
+ * time over every CPU record in the cache for engine_build (one scan of the
+ * cache: call it once per plan), else, or when use_measured is false,
  * COST_CPU_FLOPS_PER_CORE x online cores. *measured (optional, output) says
  * which. */
-double cost_cpu_flops(int64_t engine_build, bool *measured);
+double cost_cpu_flops(int64_t engine_build, bool use_measured, bool *measured);
 
 /* The estimate from the header alone: 2 x parameters FLOPs per token at
  * flops (the device's); COST_SPAWN_S (plus COST_GPU_INIT_S on a GPU) plus
@@ -88,10 +89,10 @@ void cost_estimate(const struct plan_model *m, enum cost_device d, double flops,
                    struct cost_figure *out);
 
 /* m's figures on both devices: the cache's measurements where present
- * (unless use_measured is false), the estimate elsewhere, with the CPU
- * estimate scaled by cost_cpu_flops(). */
+ * (unless use_measured is false), the estimate elsewhere, the CPU's at
+ * cpu_flops (from cost_cpu_flops()). */
 void cost_of(const struct plan_model *m, int64_t engine_build, bool use_measured,
-             struct cost_model *out);
+             double cpu_flops, struct cost_model *out);
 
 /* Expected seconds of one request of tokens prompt tokens from figure f. */
 double cost_request_s(const struct cost_figure *f, uint32_t tokens);

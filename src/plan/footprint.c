@@ -220,14 +220,25 @@ tandem_err footprint_key(const struct plan_model *m, const struct plan_settings 
     return hash_buffer_sha256(buf, (size_t)n, key);
 }
 
-static tandem_err entry_path(const char *key, char *out, size_t cap, bool create_dir) {
+tandem_err footprint_cache_path(const char *name, bool create, char *out, size_t cap) {
     char dir[4096];
-    tandem_err e = create_dir ? cache_make_dir(dir, sizeof dir, "footprints")
-                              : cache_path(dir, sizeof dir, "footprints");
+    tandem_err e = create ? cache_make_dir(dir, sizeof dir, "footprints")
+                          : cache_path(dir, sizeof dir, "footprints");
     if (e != TANDEM_OK)
         return e;
-    int n = snprintf(out, cap, "%s/%s.json", dir, key);
+    int n = snprintf(out, cap, "%s/%s.json", dir, name);
     return n < 0 || (size_t)n >= cap ? TANDEM_ERR_TOOBIG : TANDEM_OK;
+}
+
+tandem_err footprint_cache_write(const char *path, json_t *o, char *err, size_t errlen) {
+    char tmp[4400];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    if (json_dump_file(o, tmp, JSON_INDENT(1) | JSON_SORT_KEYS) != 0 || rename(tmp, path) != 0) {
+        tandem_errmsg(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+        unlink(tmp);
+        return TANDEM_ERR_IO;
+    }
+    return TANDEM_OK;
 }
 
 static json_t *measure_json(const struct footprint_measure *m) {
@@ -245,25 +256,19 @@ static json_t *measure_json(const struct footprint_measure *m) {
 
 tandem_err footprint_store(const char *key, const char *canon, const char *model_path,
                            const struct footprint_measure *m, char *err, size_t errlen) {
-    char path[4200], tmp[4300];
-    tandem_err e = entry_path(key, path, sizeof path, true);
+    char path[4200];
+    tandem_err e = footprint_cache_path(key, true, path, sizeof path);
     if (e != TANDEM_OK) {
         tandem_errmsg(err, errlen, "footprint cache: %s", tandem_strerror(e));
         return e;
     }
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     json_t *o = json_pack("{s:s, s:s, s:o}", "settings", canon, "model", model_path,
                           "measured", measure_json(m));
     if (!o)
         return TANDEM_ERR_NOMEM;
-    int rc = json_dump_file(o, tmp, JSON_INDENT(1) | JSON_SORT_KEYS);
+    e = footprint_cache_write(path, o, err, errlen);
     json_decref(o);
-    if (rc != 0 || rename(tmp, path) != 0) {
-        tandem_errmsg(err, errlen, "%s: cannot write: %s", path, strerror(errno));
-        unlink(tmp);
-        return TANDEM_ERR_IO;
-    }
-    return TANDEM_OK;
+    return e;
 }
 
 static bool read_bytes(json_t *dev, const char *part, uint64_t *out) {
@@ -278,7 +283,7 @@ tandem_err footprint_load(const char *key, struct footprint_measure *out, char *
                           size_t errlen) {
     memset(out, 0, sizeof *out);
     char path[4200];
-    tandem_err e = entry_path(key, path, sizeof path, false);
+    tandem_err e = footprint_cache_path(key, false, path, sizeof path);
     if (e != TANDEM_OK)
         return e;
     if (access(path, F_OK) != 0)

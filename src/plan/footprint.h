@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "base/err.h"
 #include "base/hash.h"
 #include "plan/plan.h"
@@ -50,6 +52,16 @@ tandem_err footprint_settings_from_argv(int argc, char *const *argv,
 tandem_err footprint_key(const struct plan_model *m, const struct plan_settings *resolved,
                          int64_t engine_build, char key[HASH_SHA256_HEX_LEN + 1], char *canon,
                          size_t cap);
+
+/* Writes the path of entry name (a key, or another record such as cost.h's)
+ * in the footprint cache, $TANDEM_CACHE/footprints/<name>.json, into
+ * out[cap], creating the folder when create. Returns the cache root's errors,
+ * TANDEM_ERR_TOOBIG when it does not fit in cap. */
+tandem_err footprint_cache_path(const char *name, bool create, char *out, size_t cap);
+
+/* Writes o (borrowed) to path atomically: a temporary file, then rename.
+ * Returns TANDEM_ERR_IO with err naming the path. */
+tandem_err footprint_cache_write(const char *path, json_t *o, char *err, size_t errlen);
 
 /* Stores m under key in the cache (atomic: temp file then rename), with the
  * canonical settings string and model path for humans. Returns TANDEM_ERR_IO

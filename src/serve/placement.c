@@ -44,12 +44,13 @@ static size_t index_of(const struct config *cfg, const char *name) {
 
 size_t placement_inputs(const struct config *cfg, struct plan_model *const *pm, bool use_measured,
                         struct place_model *models, struct place_work *work) {
+    double cpu_flops = cost_cpu_flops(TANDEM_ENGINE_BUILD, use_measured, NULL);
     for (size_t i = 0; i < cfg->n_models; i++) {
         const struct config_model *cm = &cfg->models[i];
         models[i] = (struct place_model){.name = cm->name, .model = pm[i],
                                          .settings = cm->settings, .want = cm->device,
                                          .gpu = cm->gpu, .pinned = cm->pin};
-        cost_of(pm[i], TANDEM_ENGINE_BUILD, use_measured, &models[i].cost);
+        cost_of(pm[i], TANDEM_ENGINE_BUILD, use_measured, cpu_flops, &models[i].cost);
     }
     size_t n = 0;
     for (size_t p = 0; p < cfg->n_pipelines && n < PLACE_MAX_WORK; p++) {
