@@ -119,6 +119,7 @@ deps:
 	@scripts/install-deps.sh
 	@$(if $(CUDA),CUDA=$(CUDA) )scripts/build-engine.sh
 	@scripts/fetch-models.sh
+	@scripts/fetch-envoy.sh
 	@$(MAKE) --no-print-directory venv
 
 venv: $(VENV)/.stamp
@@ -178,6 +179,7 @@ bench: deps all bench-plan
 	$(VENV)/bin/python bench/pipeline_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
 	$(VENV)/bin/python bench/swap_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
 	$(VENV)/bin/python bench/placement_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
+	$(VENV)/bin/python bench/scaleout_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
 
 bench-plan: deps all
 	@$(MAKE) --no-print-directory fixtures

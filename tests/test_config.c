@@ -91,7 +91,50 @@ Test(config, defaults_are_filled) {
     cr_expect_eq(m->keep_alive_ms, 300000);
     cr_expect(!m->pin && !m->settings.flash_attn);
     cr_expect(m->device == PLACE_WANT_AUTO && m->gpu == PLACE_ANY_GPU && m->device_line == 0);
+    cr_expect_null(m->upstream);
+    cr_expect_eq(c->drain_delay_ms, 5000);
+    cr_expect_eq(c->health_interval_ms, 1000);
+    cr_expect(c->node_id[0] && !strchr(c->node_id, ' '));
+    cr_expect(!c->metrics_vllm && !c->metrics_require_key);
     config_free(c);
+}
+
+Test(config, remote_models_and_gateway_keys) {
+    setenv("TANDEM_TEST_UPSTREAM_KEY", "k3y", 1);
+    struct config *c = load_text("node: {id: node-7}\n"
+                                 "metrics: {compat: vllm, require_key: true}\n"
+                                 "limits: {drain_delay: 2s, health_interval: 250ms}\n"
+                                 "models:\n"
+                                 "  kev: {path: model.gguf}\n"
+                                 "  far:\n"
+                                 "    upstream: [http://10.0.0.5:8090, https://gpu.example/tandem/]\n"
+                                 "    aliases: [big]\n"
+                                 "    dialect: openai\n"
+                                 "    api_key_env: TANDEM_TEST_UPSTREAM_KEY\n"
+                                 "    timeout: 30s\n"
+                                 "    health: none\n"
+                                 "  near: {upstream: [http://127.0.0.1:9]}\n");
+    cr_expect_str_eq(c->node_id, "node-7");
+    cr_expect(c->metrics_vllm && c->metrics_require_key);
+    cr_expect_eq(c->drain_delay_ms, 2000);
+    cr_expect_eq(c->health_interval_ms, 250);
+    const struct config_model *far = config_find_model(c, "big");
+    cr_assert_not_null(far);
+    cr_expect_null(far->path);
+    cr_assert_not_null(far->upstream);
+    cr_expect_eq(far->upstream->n_urls, 2);
+    cr_expect_str_eq(far->upstream->urls[1], "https://gpu.example/tandem/");
+    cr_expect_eq(far->upstream->dialect, CONFIG_DIALECT_OPENAI);
+    cr_expect_str_eq(far->upstream->api_key, "k3y");
+    cr_expect_eq(far->upstream->timeout_ms, 30000);
+    cr_expect_null(far->upstream->health);
+    const struct config_model *near = config_find_model(c, "near");
+    cr_expect_eq(near->upstream->dialect, CONFIG_DIALECT_SYSTEMONE);
+    cr_expect_str_eq(near->upstream->health, "/health");
+    cr_expect_eq(near->upstream->timeout_ms, 0);
+    cr_expect_null(near->upstream->api_key);
+    config_free(c);
+    unsetenv("TANDEM_TEST_UPSTREAM_KEY");
 }
 
 Test(config, devices_and_placement_keys) {

@@ -188,7 +188,7 @@ static void exec_serve(const struct decide_opts *o, const char *self, const char
     dup2(null, STDIN_FILENO);
     dup2(null, STDOUT_FILENO);
     setenv("NOTIFY_SOCKET", notify, 1);
-    char *argv[10];
+    char *argv[12];
     int n = 0;
     argv[n++] = (char *)self;
     if (o->llama_server) {
@@ -200,6 +200,8 @@ static void exec_serve(const struct decide_opts *o, const char *self, const char
     argv[n++] = (char *)o->config;
     argv[n++] = "--listen";
     argv[n++] = "127.0.0.1:0";
+    argv[n++] = "--drain-delay"; /* nothing but this process routes to a private daemon */
+    argv[n++] = "0";
     argv[n] = NULL;
     execv(self, argv);
     _exit(127);

@@ -287,11 +287,12 @@ static void print_table(json_t *j) {
         printf("* measured by the engine (footprint cache), not modelled\n");
 }
 
-/* The i-th model by priority (highest first; file order breaks ties). */
+/* The i-th local model by priority (highest first; file order breaks ties).
+ * Remote models (upstream:) take no memory and are not planned. */
 static const struct config_model *by_priority(const struct config *c, size_t i) {
     for (int32_t p = 1000; p >= -1000; p--)
         for (size_t k = 0; k < c->n_models; k++)
-            if (c->models[k].priority == p && i-- == 0)
+            if (!c->models[k].upstream && c->models[k].priority == p && i-- == 0)
                 return &c->models[k];
     return NULL;
 }
@@ -478,9 +479,9 @@ static int place(const struct config *cfg, const struct fit_model *fm, size_t n,
     pl->n = n;
     pl->simulated = plan_cli_place_budget(o, fb, &pl->budget);
     if (cfg) {
-        struct plan_model *file_pm[MAX_MODELS];
+        struct plan_model *file_pm[MAX_MODELS] = {0};
         for (size_t i = 0; i < n; i++)
-            for (size_t k = 0; k < n; k++)
+            for (size_t k = 0; k < cfg->n_models; k++)
                 if (by_priority(cfg, i) == &cfg->models[k])
                     file_pm[k] = (struct plan_model *)fm[i].model;
         pl->n_work = placement_inputs(cfg, file_pm, use_measured, pl->models, pl->work);
@@ -546,7 +547,16 @@ static int load_config(struct plan_cli *o, struct config **cfg, size_t *n) {
         o->reserve = (*cfg)->reserve, o->have_reserve = true;
     if (!o->have_ram && (*cfg)->ram)
         o->ram = (*cfg)->ram, o->have_ram = true;
-    *n = (*cfg)->n_models;
+    size_t local[MAX_MODELS];
+    *n = placement_locals(*cfg, local);
+    for (size_t i = 0; i < (*cfg)->n_models; i++)
+        if ((*cfg)->models[i].upstream)
+            fprintf(stderr, "tandem plan: models.%s is remote (%s): it takes no memory here\n",
+                    (*cfg)->models[i].name, (*cfg)->models[i].upstream->urls[0]);
+    if (!*n) {
+        fprintf(stderr, "tandem plan: %s: every model is remote; nothing to plan\n", o->config);
+        return 1;
+    }
     return 0;
 }
 

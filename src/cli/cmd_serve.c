@@ -6,9 +6,12 @@
  * the pinned ones, is a configuration error), the log directory and audit
  * log opened. Then one libevent loop runs the HTTP server (http, api), the
  * scheduler and the children until a signal:
- *   SIGTERM/SIGINT  drain: stop accepting, fail the queue with 503, let
- *                   running requests finish up to shutdown.grace, stop the
- *                   engines, exit 0 (a second signal cuts the grace short);
+ *   SIGTERM/SIGINT  drain: /health says 503 at once while requests are still
+ *                   admitted for limits.drain_delay (gateways take the node
+ *                   out first); then stop accepting, let admitted requests
+ *                   finish up to shutdown.grace (queued ones that would need
+ *                   a load fail with 503), stop the engines, exit 0 (a
+ *                   second signal cuts it short);
  *   SIGHUP          re-read the config: keys, limits and logging apply at
  *                   once; model changes are reported as needing a restart.
  * Under systemd (Type=notify) READY=1 (with STATUS=serving on <url>, which
@@ -44,6 +47,7 @@
 #include "serve/placement.h"
 #include "plan/plan_cli.h"
 #include "serve/prom.h"
+#include "serve/remote.h"
 #include "serve/s1.h"
 #include "serve/sched.h"
 #include "base/mem.h"
@@ -51,18 +55,22 @@
 #include "version.h"
 
 #define READY_POLL_MS 50
+#define REMOTE_MAX_RESPONSE (64u << 20) /* an upstream's answer, at most */
 
 struct serve {
     struct config *cfg;
     const char *config_path;
     const char *listen_flag;
+    int64_t drain_delay_flag;          /* --drain-delay, ms; < 0 = the config's */
     char engine[4096];
     struct fit_budget budget;
     struct place_budget place_budget;  /* per device, as placement and the scheduler see it */
     bool simulated;                    /* budget.vram on a machine without a GPU */
     uint64_t budget_total;
     const char *budget_source;
-    struct plan_model **pm;
+    struct plan_model **pm;            /* NULL for remote models */
+    size_t local[PLACE_MAX_MODELS];    /* config indices of the local models */
+    size_t n_local;                    /* = the scheduler's models, in this order */
     struct api_model *models;
     struct pipeline_model *pmodels;  /* the same models as pipelines see them */
     char (*file_sha256)[HASH_SHA256_HEX_LEN + 1];
@@ -80,13 +88,14 @@ struct serve {
     struct api *api;
     struct http_server *server;
     struct http_client *engines;
-    struct event *sig_term, *sig_int, *sig_hup, *ready_ev, *grace_ev;
+    struct remote *remote;           /* remote models' upstreams (NULL without any) */
+    struct event *sig_term, *sig_int, *sig_hup, *ready_ev, *grace_ev, *delay_ev;
     bool draining;
 };
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tandem serve --config FILE [--listen ADDR:PORT] [--check]\n"
+            "usage: tandem serve --config FILE [--listen ADDR:PORT] [--drain-delay MS] [--check]\n"
             "\n"
             "Serves the models of a tandem.yaml (docs/config.md): POST /v1/systemone,\n"
             "OpenAI-style /v1/chat/completions, /v1/completions and /v1/embeddings,\n"
@@ -96,6 +105,8 @@ static void usage(FILE *f) {
             "\n"
             "  --config FILE      the configuration (required)\n"
             "  --listen ADDR:PORT override the config's listen address\n"
+            "  --drain-delay MS   override limits.drain_delay (0: refuse new requests at once\n"
+            "                     on SIGTERM; for a daemon no gateway routes to)\n"
             "  --check            validate the config and plan every model, then exit\n"
             "  -h, --help\n"
             "\n"
@@ -135,12 +146,12 @@ static void config_budget(const struct config *cfg, struct serve *sv) {
     sv->simulated = plan_cli_place_budget(&o, &sv->budget, &sv->place_budget);
 }
 
-/* Opens every model's header. Returns 0 or 2. */
+/* Opens every local model's header. Returns 0 or 2. */
 static int open_models(struct serve *sv) {
     for (size_t i = 0; i < sv->n; i++) {
         const struct config_model *cm = &sv->cfg->models[i];
         char err[512];
-        if (plan_model_open(cm->path, &sv->pm[i], err, sizeof err) != TANDEM_OK) {
+        if (!cm->upstream && plan_model_open(cm->path, &sv->pm[i], err, sizeof err) != TANDEM_OK) {
             fprintf(stderr, "tandem serve: %s:%u: models.%s: %s\n", sv->config_path, cm->line,
                     cm->name, err);
             return 2;
@@ -149,10 +160,12 @@ static int open_models(struct serve *sv) {
     return 0;
 }
 
-/* Fills model i's scheduler spec and API entries from its slot in the
- * chosen arrangement, with threads CPU threads. */
-static void apply_slot(struct serve *sv, size_t i, const struct place_slot *slot,
-                       uint32_t threads, struct sched_model_spec *spec) {
+/* Fills model i's scheduler spec (the scheduler's model sched_index) and
+ * API entries from its slot in the chosen arrangement, with threads CPU
+ * threads. */
+static void apply_slot(struct serve *sv, size_t i, size_t sched_index,
+                       const struct place_slot *slot, uint32_t threads,
+                       struct sched_model_spec *spec) {
     const struct config_model *cm = &sv->cfg->models[i];
     struct plan_model *m = sv->pm[i];
     struct plan_settings want = cm->settings, resolved;
@@ -167,13 +180,15 @@ static void apply_slot(struct serve *sv, size_t i, const struct place_slot *slot
         .gpu_bytes = plan_footprint_device_total(&slot->footprint, PLAN_DEVICE_GPU),
         .host_bytes = plan_footprint_device_total(&slot->footprint, PLAN_DEVICE_HOST),
         .keep_alive_ms = cm->keep_alive_ms, .load_timeout_ms = cm->load_timeout_ms,
-        .pin = cm->pin, .priority = cm->priority, .extra_args = cm->extra_args};
-    sv->models[i] = (struct api_model){.cm = cm, .sched_index = i,
+        .load_estimate_ms = (int64_t)(slot->load_s * 1000.0), .pin = cm->pin, .priority = cm->priority, .extra_args = cm->extra_args};
+    sv->models[i] = (struct api_model){.cm = cm, .sched_index = sched_index,
+                                       .remote_index = SIZE_MAX,
                                        .decision_type = plan_model_decision_type(m),
                                        .arch = plan_model_arch(m), .n_ctx = resolved.ctx,
                                        .sha256 = plan_model_header_sha256(m),
                                        .file_sha256 = sv->file_sha256[i]};
-    sv->pmodels[i] = (struct pipeline_model){.sched_index = i,
+    sv->pmodels[i] = (struct pipeline_model){.sched_index = sched_index,
+                                             .remote_index = SIZE_MAX,
                                              .decision_type = plan_model_decision_type(m),
                                              .max_options = s1_max_options(plan_model_decision_type(m)),
                                              .file_sha256 = sv->file_sha256[i]};
@@ -187,9 +202,35 @@ static void apply_slot(struct serve *sv, size_t i, const struct place_slot *slot
             slot->rotates ? ", rotates" : "");
 }
 
+/* Fills the API and pipeline entries of the remote models, which the
+ * remote set knows by their order among the remote models. */
+static void describe_remote_models(struct serve *sv) {
+    size_t r = 0;
+    for (size_t i = 0; i < sv->n; i++) {
+        const struct config_model *cm = &sv->cfg->models[i];
+        if (!cm->upstream)
+            continue;
+        const char *type = cm->upstream->dialect == CONFIG_DIALECT_SYSTEMONE ? "remote" : "";
+        sv->models[i] = (struct api_model){.cm = cm, .sched_index = SIZE_MAX, .remote_index = r,
+                                           .decision_type = type, .arch = "remote", .sha256 = "",
+                                           .file_sha256 = ""};
+        sv->pmodels[i] = (struct pipeline_model){.sched_index = SIZE_MAX, .remote_index = r++,
+                                                 .decision_type = type,
+                                                 .max_options = s1_max_options(type),
+                                                 .file_sha256 = ""};
+        fprintf(stderr, "tandem serve: %s: remote (%s, %zu upstream(s), first %s)\n", cm->name,
+                cm->upstream->dialect == CONFIG_DIALECT_SYSTEMONE ? "systemone" : "openai",
+                cm->upstream->n_urls, cm->upstream->urls[0]);
+    }
+}
+
 /* Chooses the placement of every model and fills the specs. Returns 0 or 2. */
 static int plan_placement(struct serve *sv, struct sched_model_spec *specs) {
     char err[1024], total[32];
+    if (!sv->n_local) {
+        fprintf(stderr, "tandem serve: every model is remote: no engine, no memory planned\n");
+        return 0;
+    }
     if (placement_check_devices(sv->cfg, &sv->place_budget, err, sizeof err) != TANDEM_OK) {
         fprintf(stderr, "tandem serve: %s\n", err);
         return 2;
@@ -202,11 +243,14 @@ static int plan_placement(struct serve *sv, struct sched_model_spec *specs) {
         return 2;
     }
     uint32_t threads[PLACE_MAX_MODELS];
+    struct plan_model *local_pm[PLACE_MAX_MODELS];
+    for (size_t k = 0; k < sv->n_local; k++)
+        local_pm[k] = sv->pm[sv->local[k]];
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    placement_threads(&r->best, sv->pm, sv->n, cores > 0 ? (uint32_t)cores : 1, sv->simulated,
-                      sv->cfg->clients, threads);
-    for (size_t i = 0; i < sv->n; i++)
-        apply_slot(sv, i, &r->best.slot[i], threads[i], &specs[i]);
+    placement_threads(&r->best, local_pm, sv->n_local, cores > 0 ? (uint32_t)cores : 1,
+                      sv->simulated, sv->cfg->clients, threads);
+    for (size_t k = 0; k < sv->n_local; k++)
+        apply_slot(sv, sv->local[k], k, &r->best.slot[k], threads[k], &specs[k]);
     units_format_bytes(sv->budget_total, total, sizeof total);
     fprintf(stderr, "tandem serve: budget %s (%s)%s\n", total, sv->budget_source,
             sv->simulated ? "; GPU simulated: no GPU found, engines run on the CPU as though "
@@ -239,7 +283,7 @@ static int hash_models(struct serve *sv) {
         const struct config_model *cm = &sv->cfg->models[i];
         char err[512];
         bool cached;
-        if (!used_by_pipelines(sv->cfg, i))
+        if (cm->upstream || !used_by_pipelines(sv->cfg, i))
             continue;
         int64_t t0 = host_now_ms();
         if (hash_file_sha256_cached(cm->path, sv->file_sha256[i], &cached, err, sizeof err) !=
@@ -297,6 +341,13 @@ static int prepare(struct serve *sv, const char *llama_server, struct sched_mode
     *specs = calloc(sv->n, sizeof **specs);
     if (!sv->pm || !sv->models || !sv->pmodels || !sv->file_sha256 || !*specs)
         return 1;
+    if (sv->n > PLACE_MAX_MODELS) {
+        fprintf(stderr, "tandem serve: %s: at most %d models\n", sv->config_path,
+                PLACE_MAX_MODELS);
+        return 2;
+    }
+    sv->n_local = placement_locals(sv->cfg, sv->local);
+    describe_remote_models(sv);
     config_budget(sv->cfg, sv);
     if (open_models(sv) || plan_placement(sv, *specs) ||
         compile_pipelines(sv, sv->cfg, &sv->pipelines))
@@ -310,7 +361,8 @@ static int prepare(struct serve *sv, const char *llama_server, struct sched_mode
 static struct api_params api_params(struct serve *sv) {
     return (struct api_params){.cfg = sv->cfg, .models = sv->models, .n_models = sv->n,
                                .default_model = sv->default_model, .sched = sv->sched,
-                               .engines = sv->engines, .metrics = sv->metrics, .audit = sv->audit,
+                               .engines = sv->engines, .remote = sv->remote,
+                               .metrics = sv->metrics, .audit = sv->audit,
                                .nvml = sv->nvml, .pipelines = sv->pipelines};
 }
 
@@ -335,27 +387,70 @@ static void on_grace(evutil_socket_t fd, short what, void *arg) {
     sched_shutdown_now(sv->sched);
 }
 
-static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
-    (void)what;
-    struct serve *sv = arg;
-    if (sv->draining) {
-        fprintf(stderr, "tandem serve: %s again: stopping now\n", strsignal((int)sig));
-        sched_shutdown_now(sv->sched);
-        return;
-    }
-    sv->draining = true;
-    notify("STOPPING=1");
-    fprintf(stderr, "tandem serve: %s: draining (grace %lld ms)\n", strsignal((int)sig),
-            (long long)sv->cfg->drain_grace_ms);
+/* The drain's second step: new requests are refused (503) and the queue
+ * fails, running requests finish within shutdown.grace. */
+static void stop_admitting(struct serve *sv) {
+    fprintf(stderr, "tandem serve: refusing new requests; finishing the running ones (grace %lld "
+            "ms)\n", (long long)sv->cfg->drain_grace_ms);
     http_server_stop_accepting(sv->server);
-    api_set_serving(sv->api, false, "draining");
+    api_set_phase(sv->api, API_STOPPING);
     struct timeval tv = {(time_t)(sv->cfg->drain_grace_ms / 1000),
                          (suseconds_t)(sv->cfg->drain_grace_ms % 1000) * 1000};
     evtimer_add(sv->grace_ev, &tv);
     sched_shutdown(sv->sched, on_drained, sv);
 }
 
-/* Same models (file, settings, device, engine arguments) in the same order,
+static void on_drain_delay(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    stop_admitting(arg);
+}
+
+/* SIGTERM/SIGINT: /health turns 503 at once, so gateways take the node out,
+ * while requests are still admitted for limits.drain_delay; then
+ * stop_admitting. A second signal ends everything now. */
+static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
+    (void)what;
+    struct serve *sv = arg;
+    if (sv->draining) {
+        fprintf(stderr, "tandem serve: %s again: stopping now\n", strsignal((int)sig));
+        if (evtimer_pending(sv->delay_ev, NULL)) {
+            evtimer_del(sv->delay_ev);
+            stop_admitting(sv);
+        }
+        sched_shutdown_now(sv->sched);
+        return;
+    }
+    sv->draining = true;
+    notify("STOPPING=1");
+    int64_t delay = sv->drain_delay_flag >= 0 ? sv->drain_delay_flag : sv->cfg->drain_delay_ms;
+    fprintf(stderr, "tandem serve: %s: draining: /health answers 503; still admitting for %lld ms "
+            "(limits.drain_delay)\n", strsignal((int)sig), (long long)delay);
+    api_set_phase(sv->api, API_DRAINING);
+    if (delay <= 0) {
+        stop_admitting(sv);
+        return;
+    }
+    struct timeval tv = {(time_t)(delay / 1000), (suseconds_t)(delay % 1000) * 1000};
+    evtimer_add(sv->delay_ev, &tv);
+}
+
+static bool same_string(const char *a, const char *b) {
+    return a == b || (a && b && !strcmp(a, b));
+}
+
+static bool same_upstream(const struct config_upstream *a, const struct config_upstream *b) {
+    if (!a || !b)
+        return a == b;
+    if (a->n_urls != b->n_urls || a->dialect != b->dialect || a->timeout_ms != b->timeout_ms ||
+        !same_string(a->api_key, b->api_key) || !same_string(a->health, b->health))
+        return false;
+    for (size_t k = 0; k < a->n_urls; k++)
+        if (strcmp(a->urls[k], b->urls[k]))
+            return false;
+    return true;
+}
+
+/* Same models (file or upstreams, settings, device, engine arguments) in the same order,
  * and the same placement inputs? */
 static bool same_models(const struct config *a, const struct config *b) {
     if (a->n_models != b->n_models || a->request_tokens != b->request_tokens ||
@@ -363,7 +458,8 @@ static bool same_models(const struct config *a, const struct config *b) {
         return false;
     for (size_t i = 0; i < a->n_models; i++) {
         const struct config_model *x = &a->models[i], *y = &b->models[i];
-        if (strcmp(x->name, y->name) || strcmp(x->path, y->path) ||
+        if (strcmp(x->name, y->name) || !same_string(x->path, y->path) ||
+            !same_upstream(x->upstream, y->upstream) ||
             !plan_settings_equal(&x->settings, &y->settings) ||
             x->n_extra_args != y->n_extra_args || x->n_aliases != y->n_aliases ||
             x->pin != y->pin || x->keep_alive_ms != y->keep_alive_ms || x->device != y->device ||
@@ -441,15 +537,17 @@ static void on_hup(evutil_socket_t sig, short what, void *arg) {
 static void on_ready_poll(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     struct serve *sv = arg;
-    for (size_t i = 0; i < sv->n; i++) {
-        enum sched_state st = sched_model_state(sv->sched, i);
-        if (sv->cfg->models[i].pin && (st == SCHED_LOADING || st == SCHED_UNLOADED)) {
+    for (size_t k = 0; k < sv->n_local; k++) {
+        enum sched_state st = sched_model_state(sv->sched, k);
+        if (sv->cfg->models[sv->local[k]].pin && (st == SCHED_LOADING || st == SCHED_UNLOADED)) {
             struct timeval tv = {0, READY_POLL_MS * 1000};
             evtimer_add(sv->ready_ev, &tv);
             return;
         }
     }
-    api_set_serving(sv->api, true, NULL);
+    if (sv->draining)
+        return;
+    api_set_phase(sv->api, API_SERVING);
     bool v6 = strchr(sv->cfg->listen_host, ':') != NULL;
     char url[400], ready[450];
     snprintf(url, sizeof url, "http://%s%s%s:%u", v6 ? "[" : "", sv->cfg->listen_host,
@@ -485,16 +583,41 @@ static int open_outputs(struct serve *sv) {
     return sv->sched ? 0 : 1;
 }
 
+/* The remote models' upstreams, polled from now on. Returns 0 or 1. */
+static int open_remote(struct serve *sv) {
+    if (sv->n_local == sv->n)
+        return 0;
+    struct remote_params rp = {.health_interval_ms = sv->cfg->health_interval_ms,
+                               .max_response_bytes = REMOTE_MAX_RESPONSE,
+                               .metrics = sv->metrics};
+    if (!(sv->remote = remote_new(sv->base, &rp)))
+        return 1;
+    for (size_t i = 0; i < sv->n; i++) {
+        const struct config_upstream *u = sv->cfg->models[i].upstream;
+        size_t idx;
+        if (!u)
+            continue;
+        struct remote_model_spec spec = {.name = sv->cfg->models[i].name,
+                                         .urls = (const char *const *)u->urls,
+                                         .n_urls = u->n_urls, .api_key = u->api_key,
+                                         .timeout_ms = u->timeout_ms, .health_path = u->health};
+        if (remote_add_model(sv->remote, &spec, &idx) != TANDEM_OK)
+            return 1;
+    }
+    remote_start(sv->remote);
+    return 0;
+}
+
 static int run(struct serve *sv, const struct sched_model_spec *specs) {
     char err[512];
     if (!(sv->base = event_base_new()) || !(sv->metrics = prom_new()) || open_outputs(sv))
         return 1;
-    for (size_t i = 0; i < sv->n; i++) {
+    for (size_t k = 0; k < sv->n_local; k++) {
         size_t idx;
-        if (sched_add_model(sv->sched, &specs[i], &idx) != TANDEM_OK)
+        if (sched_add_model(sv->sched, &specs[k], &idx) != TANDEM_OK)
             return 1;
     }
-    if (!(sv->engines = http_client_new(sv->base)))
+    if (!(sv->engines = http_client_new(sv->base)) || open_remote(sv))
         return 1;
     nvml_new(NULL, &sv->nvml, NULL, 0); /* no driver: no GPU gauges */
     struct api_params ap = api_params(sv);
@@ -516,7 +639,9 @@ static int run(struct serve *sv, const struct sched_model_spec *specs) {
     sv->sig_hup = evsignal_new(sv->base, SIGHUP, on_hup, sv);
     sv->ready_ev = evtimer_new(sv->base, on_ready_poll, sv);
     sv->grace_ev = evtimer_new(sv->base, on_grace, sv);
-    if (!sv->sig_term || !sv->sig_int || !sv->sig_hup || !sv->ready_ev || !sv->grace_ev)
+    sv->delay_ev = evtimer_new(sv->base, on_drain_delay, sv);
+    if (!sv->sig_term || !sv->sig_int || !sv->sig_hup || !sv->ready_ev || !sv->grace_ev ||
+        !sv->delay_ev)
         return 1;
     event_add(sv->sig_term, NULL);
     event_add(sv->sig_int, NULL);
@@ -532,8 +657,10 @@ static void serve_free(struct serve *sv) {
     http_server_free(sv->server);
     api_free(sv->api);
     http_client_free(sv->engines);
+    remote_free(sv->remote);
     sched_free(sv->sched);
-    struct event *evs[] = {sv->sig_term, sv->sig_int, sv->sig_hup, sv->ready_ev, sv->grace_ev};
+    struct event *evs[] = {sv->sig_term, sv->sig_int, sv->sig_hup, sv->ready_ev, sv->grace_ev,
+                           sv->delay_ev};
     for (size_t i = 0; i < sizeof evs / sizeof *evs; i++)
         if (evs[i])
             event_free(evs[i]);
@@ -562,6 +689,7 @@ static int parse_args(int argc, char **argv, struct serve *sv, bool *check) {
     static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                          {"listen", required_argument, NULL, 'l'},
                                          {"check", no_argument, NULL, 'k'},
+                                         {"drain-delay", required_argument, NULL, 'd'},
                                          {"help", no_argument, NULL, 'h'},
                                          {0}};
     int c;
@@ -571,6 +699,17 @@ static int parse_args(int argc, char **argv, struct serve *sv, bool *check) {
         case 'c': sv->config_path = optarg; break;
         case 'l': sv->listen_flag = optarg; break;
         case 'k': *check = true; break;
+        case 'd': {
+            char *end;
+            long long ms = strtoll(optarg, &end, 10);
+            if (!*optarg || *end || ms < 0 || ms > 3600000) {
+                fprintf(stderr, "tandem serve: --drain-delay: expected milliseconds from 0 to "
+                        "3600000, got '%s'\n", optarg);
+                return 2;
+            }
+            sv->drain_delay_flag = ms;
+            break;
+        }
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return 2;
         }
@@ -583,7 +722,7 @@ static int parse_args(int argc, char **argv, struct serve *sv, bool *check) {
 }
 
 int cmd_serve_main(int argc, char **argv, const char *llama_server) {
-    struct serve sv = {0};
+    struct serve sv = {.drain_delay_flag = -1};
     bool check = false;
     int rc = parse_args(argc, argv, &sv, &check);
     if (rc)

@@ -33,20 +33,31 @@
 /* the TypeSafe SDK requires a YYYY-MM-DD release date; a local file has none */
 #define RELEASE_DATE_UNKNOWN "1970-01-01"
 
+#define RUN_MS_UNKNOWN 1000.0 /* a request's expected running time before one is seen */
+
 enum route { R_SYSTEMONE, R_CHAT, R_COMPLETIONS, R_EMBEDDINGS, R_PIPELINE, R_MODELS, R_HEALTH,
-             R_STATUS, R_METRICS, R_ADMIN, R_PIPELINES, R_OTHER };
+             R_LIVEZ, R_STATUS, R_METRICS, R_ADMIN, R_PIPELINES, R_OTHER };
 
 static const char *const route_names[] = {"systemone", "chat", "completions", "embeddings",
-                                          "pipeline", "models", "health", "status", "metrics",
-                                          "admin", "pipelines", "other"};
+                                          "pipeline", "models", "health", "livez", "status",
+                                          "metrics", "admin", "pipelines", "other"};
+
+/* The node gauges (docs/scale-out.md): one unlabeled series each, and their
+ * vLLM-named twins with metrics.compat: vllm. */
+struct node_gauges {
+    struct prom_metric *waiting, *running, *busy_ratio, *capacity, *ready;
+    struct prom_metric *vllm_waiting, *vllm_running, *vllm_kv;
+};
 
 struct api {
     struct api_params p;
-    bool serving;
-    char not_serving_why[64];
+    enum api_phase phase;
     uint32_t in_flight;
+    double run_ms;      /* running time of an answered request, moving average */
     struct call *calls; /* in flight, for api_free */
     struct prom_metric *m_requests, *m_latency, *m_queue_wait, *m_gpu_used, *m_gpu_total;
+    struct prom_metric *m_rejections, *m_model_waiting, *m_model_running;
+    struct node_gauges g;
 };
 
 struct call {
@@ -58,6 +69,9 @@ struct call {
     const struct api_model *model;
     struct sched_job *job;
     struct http_upstream *up;
+    struct remote_call *rcall;  /* a remote model's call in flight */
+    char upstream[256];         /* the upstream that answered it ("" = local) */
+    unsigned attempts;          /* upstreams tried */
     struct pipeline_run *run; /* a pipeline in flight */
     char pipeline[128];       /* its name ("" = not a pipeline call) */
     char question[PIPELINE_QUESTION_MAX]; /* a pipeline called on /v1/systemone: the
@@ -70,6 +84,7 @@ struct call {
     struct sched_timing timing;
     uint32_t position;
     bool streaming, answered;
+    const char *reject;  /* why tandem refused it (tandem_rejections_total), else NULL */
     long input_tokens;
     char *response_copy; /* for the audit log with logs.bodies */
     struct call *prev, *next;
@@ -116,9 +131,11 @@ static void unlink_call(struct call *c) {
     a->in_flight--;
 }
 
+/* Probes and scrapes (/health, /livez, /metrics) are not audited: gateways
+ * and endpoint pickers send them many times a second. */
 static void audit_call(struct call *c, int status, const char *error) {
     struct api *a = c->api;
-    if (!a->p.audit)
+    if (!a->p.audit || c->route == R_HEALTH || c->route == R_LIVEZ || c->route == R_METRICS)
         return;
     char when[40];
     iso_time(when);
@@ -136,6 +153,10 @@ static void audit_call(struct call *c, int status, const char *error) {
     if (c->pipeline[0]) {
         json_object_set_new(rec, "pipeline", json_string(c->pipeline));
         json_object_set_new(rec, "verdict", c->verdict[0] ? json_string(c->verdict) : json_null());
+    }
+    if (c->attempts) {
+        json_object_set_new(rec, "upstream", c->upstream[0] ? json_string(c->upstream) : json_null());
+        json_object_set_new(rec, "attempts", json_integer(c->attempts));
     }
     if (error)
         json_object_set_new(rec, "error", json_string(error));
@@ -163,6 +184,12 @@ static void count_call(struct call *c, int status) {
     if (a->m_queue_wait && (c->model || c->pipeline[0]))
         prom_observe(a->m_queue_wait, route,
                      (double)(c->timing.queued_ms + c->timing.loading_ms) / 1000.0);
+    const char *rejected[] = {c->model ? c->model->cm->name : c->pipeline, c->reject};
+    if (a->m_rejections && c->reject)
+        prom_add(a->m_rejections, rejected, 1);
+    if (status == 200 && c->timing.running_ms > 0) /* for Retry-After: see retry_after_s */
+        a->run_ms = a->run_ms > 0 ? 0.8 * a->run_ms + 0.2 * (double)c->timing.running_ms
+                                  : (double)c->timing.running_ms;
 }
 
 /* The one exit of a call: logs it and frees it. The answer was sent (or the
@@ -175,6 +202,8 @@ static void finish(struct call *c, int status, const char *error) {
     pipeline_run_cancel(c->run);
     if (c->up)
         http_upstream_cancel(c->up);
+    if (c->rcall)
+        remote_call_cancel(c->rcall);
     if (c->job)
         sched_job_done(c->job, status == 200);
     unlink_call(c);
@@ -184,8 +213,77 @@ static void finish(struct call *c, int status, const char *error) {
     mem_free(c);
 }
 
+/* --- load, as gateways read it ------------------------------------------------------------------ */
+
+struct node_load {
+    uint32_t waiting, running; /* admitted and not dispatched; dispatched, not answered */
+    uint32_t busy, slots;      /* engine slots of the resident models */
+};
+
+static void node_load(const struct api *a, struct node_load *l) {
+    *l = (struct node_load){0};
+    for (size_t i = 0; i < sched_model_count(a->p.sched); i++) {
+        struct sched_counts n;
+        sched_model_counts(a->p.sched, i, &n);
+        l->waiting += n.waiting;
+        l->running += n.running;
+    }
+    for (size_t i = 0; a->p.remote && i < a->p.n_models; i++)
+        if (a->p.models[i].remote_index != SIZE_MAX)
+            l->running += remote_model_running(a->p.remote, a->p.models[i].remote_index);
+    sched_slots(a->p.sched, &l->busy, &l->slots);
+}
+
+static double busy_ratio(const struct node_load *l) {
+    return !l->slots ? 0.0 : l->busy >= l->slots ? 1.0 : (double)l->busy / l->slots;
+}
+
+/* Seconds until a refused request would likely be admitted: the work ahead
+ * of it over the slots, at the recent running time per request; at least 1. */
+static long retry_after_s(const struct api *a) {
+    struct node_load l;
+    node_load(a, &l);
+    double per = a->run_ms > 0 ? a->run_ms : RUN_MS_UNKNOWN;
+    double s = (double)(l.waiting + l.running) * per / (l.slots ? l.slots : 1) / 1000.0;
+    long whole = (long)s + (s > (double)(long)s);
+    return whole < 1 ? 1 : whole > 3600 ? 3600 : whole;
+}
+
+/* Why no request could be admitted now (into why[cap]), or false when one could. */
+static bool cannot_admit(const struct api *a, char *why, size_t cap) {
+    static const char *const phase[] = {"starting", "", "draining", "draining"};
+    if (a->phase != API_SERVING)
+        return snprintf(why, cap, "%s", phase[a->phase]), true;
+    struct node_load l;
+    node_load(a, &l);
+    if (l.waiting >= a->p.cfg->queue_depth)
+        return snprintf(why, cap, "the admission queue is full (limits.queue_depth %u)",
+                        a->p.cfg->queue_depth), true;
+    for (size_t i = 0; i < a->p.n_models; i++) {
+        const struct api_model *m = &a->p.models[i];
+        if (m->remote_index != SIZE_MAX ? remote_model_up(a->p.remote, m->remote_index)
+                                        : sched_model_state(a->p.sched, m->sched_index) !=
+                                              SCHED_FAILED)
+            return false;
+    }
+    return snprintf(why, cap, "no model can be served now (every engine failed or every "
+                              "upstream is down; see /v1/status)"), true;
+}
+
+static void add_load_headers(struct call *c) {
+    struct node_load l;
+    node_load(c->api, &l);
+    char orca[160];
+    snprintf(orca, sizeof orca, "TEXT application_utilization=%.4g, named_metrics.requests_waiting=%u",
+             busy_ratio(&l), l.waiting);
+    http_req_add_header(c->r, "endpoint-load-metrics", orca);
+    http_req_add_header(c->r, "x-tandem-node", c->api->p.cfg->node_id);
+}
+
 static void add_common_headers(struct call *c) {
+    http_req_add_header(c->r, "x-request-id", c->id);
     http_req_add_header(c->r, "x-typesafe-request-id", c->id);
+    add_load_headers(c);
     if (c->model) {
         char pos[16];
         snprintf(pos, sizeof pos, "%u", c->position);
@@ -201,6 +299,29 @@ static void reply_json(struct call *c, int status, json_t *body) {
     c->answered = true;
     free(text);
     json_decref(body);
+}
+
+/* Why tandem refused a request with status (message from the scheduler or a
+ * pipeline), for tandem_rejections_total; NULL when it is not a refusal. A
+ * 503 is "draining" while the node drains, "no_upstream" when a remote
+ * model's upstreams were all down, else "no_memory" (the model cannot be
+ * loaded now). */
+static const char *rejection(const struct api *a, int status, const char *message) {
+    if (status == 429)
+        return "queue_full";
+    if (status == 504)
+        return "deadline";
+    if (status != 503)
+        return NULL;
+    if (a->phase >= API_DRAINING || (message && strstr(message, "shutting down")))
+        return "draining";
+    return message && strstr(message, "upstream") ? "no_upstream" : "no_memory";
+}
+
+static void add_retry_after(struct call *c) {
+    char v[24];
+    snprintf(v, sizeof v, "%ld", retry_after_s(c->api));
+    http_req_add_header(c->r, "Retry-After", v);
 }
 
 /* Answers with tandem's error shape; extra (stolen, may be NULL) is merged
@@ -219,7 +340,7 @@ static void fail_call(struct call *c, int status, const char *type, const char *
         json_object_update(json_object_get(body, "error"), extra);
     json_decref(extra);
     if (status == 429 || status == 503)
-        http_req_add_header(c->r, "Retry-After", "1");
+        add_retry_after(c);
     if (status == 401)
         http_req_add_header(c->r, "WWW-Authenticate", "Bearer");
     reply_json(c, status, body);
@@ -484,42 +605,143 @@ static void on_job_fail(struct sched_job *job, int status, const char *type, con
                               "loading_ms", (json_int_t)c->timing.loading_ms, "running_ms",
                               (json_int_t)c->timing.running_ms);
     json_object_set_new(extra, "model", json_string(c->model->cm->name));
+    c->reject = rejection(c->api, status, message);
     fail_call(c, status, type, message, NULL, extra);
 }
 
 static const struct sched_job_ops job_ops = {.start = on_job_start, .fail = on_job_fail};
 
-/* The deadline: X-Tandem-Timeout-Ms, else limits.request_timeout. */
-static bool deadline(struct call *c, int64_t *out) {
-    const char *h = http_req_header(c->r, "X-Tandem-Timeout-Ms");
-    int64_t ms = c->api->p.cfg->request_timeout_ms;
-    if (h) {
-        char *end;
-        long long v = strtoll(h, &end, 10);
-        if (!*h || *end || v < 1 || v > MAX_TIMEOUT_MS) {
-            fail_call(c, 400, "invalid_request_error",
-                      "X-Tandem-Timeout-Ms: expected milliseconds from 1 to 86400000", NULL, NULL);
-            return false;
-        }
-        ms = v;
+/* Reads header name as milliseconds (1 to 86400000) into *ms, leaving it
+ * alone when the header is absent. False (the call failed with 400) when the
+ * value is bad. */
+static bool header_ms(struct call *c, const char *name, int64_t *ms) {
+    const char *h = http_req_header(c->r, name);
+    if (!h)
+        return true;
+    char *end;
+    long long v = strtoll(h, &end, 10);
+    if (!*h || *end || v < 1 || v > MAX_TIMEOUT_MS) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%s: expected milliseconds from 1 to 86400000", name);
+        fail_call(c, 400, "invalid_request_error", msg, NULL, NULL);
+        return false;
     }
+    *ms = v;
+    return true;
+}
+
+/* The deadline: the smallest of the request's own X-Tandem-Timeout-Ms, the
+ * gateway's x-envoy-expected-rq-timeout-ms and limits.request_timeout. */
+static bool deadline(struct call *c, int64_t *out) {
+    int64_t own = 0, gateway = 0, ms = c->api->p.cfg->request_timeout_ms;
+    if (!header_ms(c, "X-Tandem-Timeout-Ms", &own) ||
+        !header_ms(c, "x-envoy-expected-rq-timeout-ms", &gateway))
+        return false;
+    if (own > 0 && (ms <= 0 || own < ms))
+        ms = own;
+    if (gateway > 0 && (ms <= 0 || gateway < ms))
+        ms = gateway;
     *out = ms > 0 ? c->t0 + ms : 0;
     return true;
+}
+
+static void on_remote_done(void *user, const struct remote_result *res) {
+    struct call *c = user;
+    c->rcall = NULL;
+    c->attempts = res->attempts;
+    snprintf(c->upstream, sizeof c->upstream, "%s", res->upstream ? res->upstream : "");
+    c->timing.running_ms = host_now_ms() - c->t0;
+    if (!res->from_upstream) {
+        c->reject = rejection(c->api, res->status, res->error);
+        fail_call(c, res->status, res->status == 504 ? "deadline_exceeded" : "upstream_error",
+                  res->error, NULL, json_pack("{ss}", "model", c->model->cm->name));
+        return;
+    }
+    json_t *resp = json_loadb(res->body, res->len, 0, NULL);
+    c->input_tokens = usage_input_tokens(resp);
+    json_decref(resp);
+    if (c->api->p.cfg->log_bodies)
+        c->response_copy = mem_strndup(res->body, res->len < AUDIT_BODY_MAX ? res->len
+                                                                          : AUDIT_BODY_MAX);
+    char attempts[16];
+    snprintf(attempts, sizeof attempts, "%u", res->attempts);
+    add_common_headers(c);
+    http_req_add_header(c->r, "x-tandem-upstream", c->upstream);
+    http_req_add_header(c->r, "x-tandem-attempts", attempts);
+    if (res->status == 429 || res->status == 503)
+        add_retry_after(c);
+    http_req_reply(c->r, res->status, "application/json", res->body, res->len);
+    c->answered = true;
+    char error[64];
+    snprintf(error, sizeof error, "upstream answered %d", res->status);
+    finish(c, res->status, res->status == 200 ? NULL : error);
+}
+
+/* A remote model is known upstream by its configured name: a request that
+ * named it by an alias, as jev-latest or not at all gets that name (the body
+ * is re-serialized then; otherwise it goes as it came). False on OOM. */
+static bool name_upstream_model(struct call *c) {
+    const char *name = c->model->cm->name;
+    const char *asked = json_string_value(json_object_get(c->request, "model"));
+    if (asked && !strcmp(asked, name))
+        return true;
+    char *text = json_object_set_new(c->request, "model", json_string(name)) == 0
+                     ? json_dumps(c->request, JSON_COMPACT | JSON_PRESERVE_ORDER)
+                     : NULL;
+    if (!text)
+        return false;
+    mem_free(c->body);
+    c->body = mem_strdup(text);
+    c->body_len = c->body ? strlen(c->body) : 0;
+    free(text);
+    return c->body != NULL;
+}
+
+/* Sends the call to its remote model's upstreams. */
+static void submit_remote(struct call *c, int64_t due) {
+    if (json_is_true(json_object_get(c->request, "stream"))) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "model %s is remote: streamed answers are not proxied; send "
+                 "stream: false", c->model->cm->name);
+        fail_call(c, 400, "invalid_request_error", msg, "stream", NULL);
+        return;
+    }
+    if (!name_upstream_model(c)) {
+        fail_call(c, 500, "internal_error", "out of memory", NULL, NULL);
+        return;
+    }
+    c->rcall = remote_call_start(c->api->p.remote, c->model->remote_index, http_req_path(c->r),
+                                 c->body, c->body_len, c->id, due, on_remote_done, c);
+    if (!c->rcall)
+        fail_call(c, 500, "internal_error", "out of memory", NULL, NULL);
 }
 
 static void submit(struct call *c) {
     int64_t due;
     if (!deadline(c, &due))
         return;
+    if (c->model->remote_index != SIZE_MAX) {
+        submit_remote(c, due);
+        return;
+    }
     tandem_err e = sched_submit(c->api->p.sched, c->model->sched_index, due, &job_ops, c, &c->job,
                                 &c->position);
-    if (e == TANDEM_ERR_TOOBIG)
+    if (e == TANDEM_ERR_TOOBIG) {
+        c->reject = "queue_full";
         fail_call(c, 429, "queue_full", "the admission queue is full (limits.queue_depth); retry later",
                   NULL, NULL);
-    else if (e != TANDEM_OK)
+    } else if (e == TANDEM_ERR_TIMEOUT) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "model %s must load first, and its expected load time ends "
+                 "after the deadline (%lld ms)", c->model->cm->name, (long long)(due - c->t0));
+        c->reject = "deadline";
+        fail_call(c, 504, "deadline_exceeded", msg, NULL, NULL);
+    } else if (e != TANDEM_OK) {
+        c->reject = e == TANDEM_ERR_UNSUPPORTED ? "draining" : NULL;
         fail_call(c, 503, "unavailable_error",
                   e == TANDEM_ERR_UNSUPPORTED ? "tandem is shutting down" : tandem_strerror(e), NULL,
                   NULL);
+    }
 }
 
 static void handle_systemone_pipeline(struct call *c, const char *name);
@@ -569,7 +791,8 @@ static void on_pipeline_done(void *user, struct pipeline_outcome *o) {
     char error[600];
     snprintf(error, sizeof error, "%s", msg ? msg : "");
     if (o->status == 429 || o->status == 503)
-        http_req_add_header(c->r, "Retry-After", "1");
+        add_retry_after(c);
+    c->reject = rejection(c->api, o->status, msg);
     reply_json(c, o->status, o->body);
     finish(c, o->status, msg ? error : NULL);
 }
@@ -599,13 +822,14 @@ static void start_pipeline(struct call *c, const char *name, const json_t *reque
     int64_t due;
     if (!deadline(c, &due))
         return;
-    struct pipeline_env env = {c->api->p.sched, c->api->p.engines};
+    struct pipeline_env env = {c->api->p.sched, c->api->p.engines, c->api->p.remote};
     char err[1200], param[256];
     int status;
     if (pipeline_run_start(c->api->p.pipelines, &env, c->pipeline, request, c->id, due,
                            on_pipeline_done, c, &c->run, &status, err, sizeof err, param,
                            sizeof param) == TANDEM_OK)
         return;
+    c->reject = rejection(c->api, status, err);
     if (c->question[0])
         name_systemone_field(c, param, sizeof param, err, sizeof err);
     fail_call(c, status, status == 404 ? "not_found_error" : NULL, err, param[0] ? param : NULL,
@@ -641,6 +865,21 @@ static void handle_passthrough(struct call *c) {
 
 /* --- local routes ------------------------------------------------------------------------------ */
 
+/* A model's status for gateways: "resident", "loadable" or "remote". */
+static const char *model_status(const struct api *a, const struct api_model *m) {
+    if (m->remote_index != SIZE_MAX)
+        return "remote";
+    return sched_model_state(a->p.sched, m->sched_index) == SCHED_RESIDENT ? "resident"
+                                                                          : "loadable";
+}
+
+/* Its state in detail: the scheduler's, or "up"/"down" for a remote model. */
+static const char *model_state(const struct api *a, const struct api_model *m) {
+    if (m->remote_index != SIZE_MAX)
+        return remote_model_up(a->p.remote, m->remote_index) ? "up" : "down";
+    return sched_state_name(sched_model_state(a->p.sched, m->sched_index));
+}
+
 static json_t *models_json(const struct api *a) {
     json_t *data = json_array(), *models = json_array();
     for (size_t i = 0; i < a->p.n_models; i++) {
@@ -657,8 +896,11 @@ static json_t *models_json(const struct api *a) {
                               (json_int_t)m->n_ctx, "header_sha256", m->sha256);
         json_object_set_new(json_object_get(d, "meta"), "sha256",
                             m->file_sha256[0] ? json_string(m->file_sha256) : json_null());
-        json_object_set_new(d, "state", json_string(sched_state_name(
-                                            sched_model_state(a->p.sched, m->sched_index))));
+        json_object_set_new(d, "status", json_string(model_status(a, m)));
+        json_object_set_new(d, "state", json_string(model_state(a, m)));
+        if (m->remote_index != SIZE_MAX && !remote_model_up(a->p.remote, m->remote_index))
+            json_object_set_new(d, "down_because", json_string(remote_model_down_cause(
+                                                       a->p.remote, m->remote_index)));
         json_array_append_new(data, d);
         char desc[300];
         snprintf(desc, sizeof desc, "%s (%s%s%s), served by tandem", m->cm->name, m->arch,
@@ -691,6 +933,10 @@ static void handle_admin(struct call *c) {
     }
     bool load = !strcmp(slash, "/load");
     size_t i = c->model->sched_index;
+    if (c->model->remote_index != SIZE_MAX) {
+        fail_call(c, 409, "conflict", "the model is remote: tandem does not load it", NULL, NULL);
+        return;
+    }
     tandem_err e = load ? sched_load(c->api->p.sched, i) : sched_unload(c->api->p.sched, i);
     if (e == TANDEM_ERR_TOOBIG)
         fail_call(c, 409, "conflict", "the model does not fit beside the busy or pinned residents",
@@ -721,8 +967,36 @@ static void update_gpu_gauges(struct api *a) {
     }
 }
 
+/* The node gauges and per-model request gauges, read at scrape time. */
+static void update_load_gauges(struct api *a) {
+    struct node_load l;
+    node_load(a, &l);
+    char why[160];
+    double ratio = busy_ratio(&l), ready = !cannot_admit(a, why, sizeof why);
+    struct { struct prom_metric *m; double v; } set[] = {
+        {a->g.waiting, l.waiting},         {a->g.running, l.running},
+        {a->g.busy_ratio, ratio},          {a->g.capacity, a->p.cfg->queue_depth},
+        {a->g.ready, ready},               {a->g.vllm_waiting, l.waiting},
+        {a->g.vllm_running, l.running},    {a->g.vllm_kv, ratio}};
+    for (size_t i = 0; i < sizeof set / sizeof *set; i++)
+        if (set[i].m)
+            prom_set(set[i].m, NULL, set[i].v);
+    for (size_t i = 0; a->m_model_waiting && i < a->p.n_models; i++) {
+        const struct api_model *m = &a->p.models[i];
+        struct sched_counts n = {0};
+        if (m->remote_index != SIZE_MAX)
+            n.running = remote_model_running(a->p.remote, m->remote_index);
+        else
+            sched_model_counts(a->p.sched, m->sched_index, &n);
+        const char *labels[] = {m->cm->name};
+        prom_set(a->m_model_waiting, labels, n.waiting);
+        prom_set(a->m_model_running, labels, n.running);
+    }
+}
+
 static void handle_metrics(struct call *c) {
     update_gpu_gauges(c->api);
+    update_load_gauges(c->api);
     struct mem_buf b;
     mem_buf_init(&b, 64u << 20);
     if (!c->api->p.metrics || prom_render(c->api->p.metrics, &b) != TANDEM_OK) {
@@ -737,21 +1011,55 @@ static void handle_metrics(struct call *c) {
     finish(c, 200, NULL);
 }
 
+static json_t *node_json(const struct api *a) {
+    static const char *const phase[] = {"starting", "serving", "draining", "stopping"};
+    struct node_load l;
+    node_load(a, &l);
+    char why[160];
+    bool refuse = cannot_admit(a, why, sizeof why);
+    return json_pack("{sssssbsssIsIsIsIsf}", "id", a->p.cfg->node_id, "phase", phase[a->phase],
+                     "ready", !refuse, "not_ready_because", refuse ? why : "",
+                     "requests_waiting", (json_int_t)l.waiting, "requests_running",
+                     (json_int_t)l.running, "slots_busy", (json_int_t)l.busy, "slots",
+                     (json_int_t)l.slots, "slots_busy_ratio", busy_ratio(&l));
+}
+
+/* Every remote model with its upstreams. */
+static json_t *remote_json(const struct api *a) {
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && a->p.remote && i < a->p.n_models; i++) {
+        const struct api_model *m = &a->p.models[i];
+        if (m->remote_index == SIZE_MAX)
+            continue;
+        json_t *r = remote_status_json(a->p.remote, m->remote_index);
+        json_object_set_new(r, "name", json_string(m->cm->name));
+        json_array_append_new(arr, r);
+    }
+    return arr;
+}
+
 static void handle_local(struct call *c) {
     struct api *a = c->api;
     switch (c->route) {
-    case R_HEALTH:
-        if (!a->serving) {
-            fail_call(c, 503, "unavailable_error", a->not_serving_why, NULL, NULL);
+    case R_HEALTH: {
+        char why[160];
+        if (cannot_admit(a, why, sizeof why)) {
+            if (a->phase >= API_DRAINING)
+                http_req_add_header(c->r, "x-envoy-immediate-health-check-fail", "true");
+            fail_call(c, 503, "unavailable_error", why, NULL, NULL);
             return;
         }
         reply_json(c, 200, json_pack("{ss}", "status", "ok"));
         break;
+    }
+    case R_LIVEZ: reply_json(c, 200, json_pack("{ss}", "status", "alive")); break;
     case R_MODELS: reply_json(c, 200, models_json(a)); break;
     case R_PIPELINES: reply_json(c, 200, pipeline_set_list_json(a->p.pipelines)); break;
     case R_STATUS: {
         json_t *j = sched_status_json(a->p.sched);
-        json_object_set_new(j, "serving", json_boolean(a->serving));
+        json_object_set_new(j, "serving", json_boolean(a->phase == API_SERVING));
+        json_object_set_new(j, "node", node_json(a));
+        json_object_set_new(j, "remote", remote_json(a));
         json_object_set_new(j, "calls_in_flight", json_integer(a->in_flight - 1));
         reply_json(c, 200, j);
         break;
@@ -769,7 +1077,8 @@ static enum route route_of(const char *path) {
     static const struct { const char *path; enum route r; } table[] = {
         {"/v1/systemone", R_SYSTEMONE}, {"/v1/chat/completions", R_CHAT},
         {"/v1/completions", R_COMPLETIONS}, {"/v1/embeddings", R_EMBEDDINGS},
-        {"/v1/models", R_MODELS}, {"/health", R_HEALTH}, {"/v1/status", R_STATUS},
+        {"/v1/models", R_MODELS}, {"/health", R_HEALTH}, {"/livez", R_LIVEZ},
+        {"/v1/status", R_STATUS},
         {"/metrics", R_METRICS}, {"/v1/pipelines", R_PIPELINES}};
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (!strcmp(path, table[i].path))
@@ -789,6 +1098,29 @@ static bool method_ok(enum route r, enum evhttp_cmd_type m) {
     }
 }
 
+/* Whether route needs an API key: all but the probes, and /metrics unless
+ * metrics.require_key. */
+static bool needs_key(const struct api *a, enum route r) {
+    return r != R_HEALTH && r != R_LIVEZ && (r != R_METRICS || a->p.cfg->metrics_require_key);
+}
+
+/* The call's id: the client's x-request-id (or x-typesafe-request-id) when
+ * it is printable and short, else a new one. */
+static void request_id(const struct http_req *r, char out[64]) {
+    const char *names[] = {"x-request-id", "x-typesafe-request-id"};
+    for (size_t i = 0; i < 2; i++) {
+        const char *id = http_req_header(r, names[i]);
+        bool ok = id && *id && strlen(id) < 64;
+        for (const char *p = id; ok && *p; p++)
+            ok = *p > ' ' && *p < 0x7f;
+        if (ok) {
+            snprintf(out, 64, "%s", id);
+            return;
+        }
+    }
+    new_request_id(out);
+}
+
 void api_handle(struct http_req *r, void *user) {
     struct api *a = user;
     struct call *c = mem_calloc(1, sizeof *c);
@@ -798,18 +1130,14 @@ void api_handle(struct http_req *r, void *user) {
     }
     *c = (struct call){.api = a, .r = r, .t0 = host_now_ms(), .input_tokens = -1};
     link_call(a, c);
-    const char *id = http_req_header(r, "x-typesafe-request-id");
-    if (id && *id && strlen(id) < sizeof c->id && !strpbrk(id, "\r\n"))
-        snprintf(c->id, sizeof c->id, "%s", id);
-    else
-        new_request_id(c->id);
+    request_id(r, c->id);
     c->route = route_of(http_req_path(r));
     c->method = http_req_method_name(r);
     http_req_on_gone(r, on_client_gone, c);
     if (http_req_over_connection_limit(r)) {
         fail_call(c, 503, "unavailable_error", "too many connections (limits.max_connections)",
                   NULL, NULL);
-    } else if (c->route != R_HEALTH && !authorized(a, r)) {
+    } else if (needs_key(a, c->route) && !authorized(a, r)) {
         fail_call(c, 401, NULL, "a valid API key is required: Authorization: Bearer <key>", NULL,
                   NULL);
     } else if (c->route == R_OTHER) {
@@ -820,6 +1148,10 @@ void api_handle(struct http_req *r, void *user) {
         char msg[300];
         snprintf(msg, sizeof msg, "%s does not take %s", http_req_path(r), http_req_method_name(r));
         fail_call(c, 405, NULL, msg, NULL, NULL);
+    } else if (c->route <= R_PIPELINE && a->phase == API_STOPPING) {
+        c->reject = "draining";
+        fail_call(c, 503, "unavailable_error", "this node is draining: send the request to "
+                  "another node", NULL, NULL);
     } else if (c->route == R_SYSTEMONE) {
         handle_systemone(c);
     } else if (c->route <= R_EMBEDDINGS) {
@@ -832,6 +1164,43 @@ void api_handle(struct http_req *r, void *user) {
 }
 
 /* --- lifecycle ---------------------------------------------------------------------------------- */
+
+/* The node gauges (unlabeled, one series each: gateways read them), the
+ * per-model request gauges and the rejections. */
+static void register_load_metrics(struct api *a) {
+    struct prom *p = a->p.metrics;
+    static const char *const model[] = {"model", NULL}, *const reason[] = {"model", "reason", NULL};
+    a->g.waiting = prom_register(p, PROM_GAUGE, "tandem_requests_waiting",
+                                 "Requests admitted and not yet dispatched, all models", NULL, NULL, 0);
+    a->g.running = prom_register(p, PROM_GAUGE, "tandem_requests_running",
+                                 "Requests dispatched to an engine or upstream, not yet answered",
+                                 NULL, NULL, 0);
+    a->g.busy_ratio = prom_register(p, PROM_GAUGE, "tandem_slots_busy_ratio",
+                                    "Busy engine slots over all slots of resident engines (0-1)",
+                                    NULL, NULL, 0);
+    a->g.capacity = prom_register(p, PROM_GAUGE, "tandem_queue_capacity",
+                                  "Requests that may wait before 429 (limits.queue_depth)", NULL,
+                                  NULL, 0);
+    a->g.ready = prom_register(p, PROM_GAUGE, "tandem_ready",
+                               "1 when /health would answer 200", NULL, NULL, 0);
+    a->m_model_waiting = prom_register(p, PROM_GAUGE, "tandem_model_requests_waiting",
+                                       "Requests admitted for the model, not yet dispatched", model,
+                                       NULL, 0);
+    a->m_model_running = prom_register(p, PROM_GAUGE, "tandem_model_requests_running",
+                                       "Requests of the model dispatched, not yet answered", model,
+                                       NULL, 0);
+    a->m_rejections = prom_register(p, PROM_COUNTER, "tandem_rejections_total",
+                                    "Requests tandem refused, by model and reason", reason, NULL, 0);
+    if (!a->p.cfg->metrics_vllm)
+        return;
+    a->g.vllm_waiting = prom_register(p, PROM_GAUGE, "vllm:num_requests_waiting",
+                                      "tandem_requests_waiting (metrics.compat: vllm)", NULL, NULL, 0);
+    a->g.vllm_running = prom_register(p, PROM_GAUGE, "vllm:num_requests_running",
+                                      "tandem_requests_running (metrics.compat: vllm)", NULL, NULL, 0);
+    a->g.vllm_kv = prom_register(p, PROM_GAUGE, "vllm:kv_cache_usage_perc",
+                                 "tandem_slots_busy_ratio, a fraction (metrics.compat: vllm)", NULL,
+                                 NULL, 0);
+}
 
 static void register_metrics(struct api *a) {
     struct prom *p = a->p.metrics;
@@ -848,6 +1217,7 @@ static void register_metrics(struct api *a) {
                                  "Arrival to answer", route, bounds, nb);
     a->m_queue_wait = prom_register(p, PROM_HISTOGRAM, "tandem_queue_wait_seconds",
                                     "Arrival to engine (queued and loading)", route, bounds, nb);
+    register_load_metrics(a);
     if (!a->p.nvml)
         return;
     static const char *const device[] = {"device", NULL};
@@ -862,7 +1232,7 @@ struct api *api_new(const struct api_params *p) {
     if (!a)
         return NULL;
     a->p = *p;
-    snprintf(a->not_serving_why, sizeof a->not_serving_why, "starting");
+    a->phase = API_STARTING;
     register_metrics(a);
     return a;
 }
@@ -876,6 +1246,8 @@ void api_free(struct api *a) {
             http_upstream_cancel(c->up);
         c->up = NULL;
         c->job = NULL; /* the scheduler frees its jobs */
+        if (c->rcall)
+            remote_call_cancel(c->rcall);
         pipeline_run_cancel(c->run);
         if (!c->answered)
             http_req_reply(c->r, 503, NULL, NULL, 0);
@@ -892,9 +1264,6 @@ void api_set_params(struct api *a, const struct api_params *p) {
     a->p = *p; /* the metrics stay registered: the registry is the same */
 }
 
-void api_set_serving(struct api *a, bool serving, const char *why) {
-    a->serving = serving;
-    snprintf(a->not_serving_why, sizeof a->not_serving_why, "%s", why ? why : "");
-}
+void api_set_phase(struct api *a, enum api_phase phase) { a->phase = phase; }
 
 uint32_t api_calls_in_flight(const struct api *a) { return a->in_flight; }

@@ -5,11 +5,16 @@
  *                                         OpenAI-style passthrough (SSE streamed)
  *   GET  /v1/models                       TypeSafe "models" and OpenAI "data" in one body
  *   POST /v1/pipelines/{name}, GET /v1/pipelines   decide-then-verify pipelines
- *   GET  /health, /v1/status, /metrics
+ *   GET  /health, /livez, /v1/status, /metrics
  *   POST /admin/models/{name}/load, /admin/models/{name}/unload
  *
  * Every error body has one shape (s1_error_body). The api owns no models: it
- * routes to the scheduler's indices, and everything it is given is borrowed. */
+ * routes to the scheduler's indices (local models) or the remote set's
+ * (upstream: models), and everything it is given is borrowed. The gateway
+ * contract (docs/scale-out.md) lives here: honest /health, node gauges on
+ * /metrics, retryable statuses with Retry-After, one deadline from the
+ * request, the gateway and the config, and x-request-id, x-tandem-node and
+ * endpoint-load-metrics on every answer. */
 #ifndef TANDEM_API_H
 #define TANDEM_API_H
 
@@ -23,12 +28,14 @@
 #include "base/nvml.h"
 #include "serve/pipeline.h"
 #include "serve/prom.h"
+#include "serve/remote.h"
 #include "serve/sched.h"
 
 /* A model as the api routes it. */
 struct api_model {
     const struct config_model *cm; /* name, aliases */
-    size_t sched_index;
+    size_t sched_index;            /* a local model's; SIZE_MAX for a remote one */
+    size_t remote_index;           /* a remote model's; SIZE_MAX for a local one */
     const char *decision_type;     /* "" for a generative model */
     const char *arch;
     uint32_t n_ctx;                /* context the engine runs with */
@@ -43,6 +50,7 @@ struct api_params {
     size_t default_model;          /* index into models; SIZE_MAX = none */
     struct sched *sched;
     struct http_client *engines;   /* upstream connections */
+    struct remote *remote;         /* remote models; NULL when there are none */
     struct prom *metrics;          /* may be NULL */
     struct audit *audit;           /* may be NULL */
     struct nvml *nvml;             /* GPU memory for /metrics; NULL = no GPU */
@@ -61,8 +69,16 @@ void api_free(struct api *a);
  * the model index they were routed to. */
 void api_set_params(struct api *a, const struct api_params *p);
 
-/* While false, /health answers 503 ("starting" or "draining" as given). */
-void api_set_serving(struct api *a, bool serving, const char *why);
+enum api_phase {
+    API_STARTING,  /* /health 503 "starting"; requests are admitted */
+    API_SERVING,   /* /health 200 while a request could be admitted now */
+    API_DRAINING,  /* /health 503 with x-envoy-immediate-health-check-fail; requests
+                    * are still admitted (limits.drain_delay) */
+    API_STOPPING   /* as draining, and new requests get 503 with Retry-After */
+};
+
+/* Moves the api to phase. */
+void api_set_phase(struct api *a, enum api_phase phase);
 
 /* The http handler: pass with the api as user. */
 void api_handle(struct http_req *r, void *api);

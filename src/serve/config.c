@@ -15,11 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/cache.h"
 #include "gguf/ggml_types.h"
 #include "base/mem.h"
 #include "base/units.h"
+#include "serve/remote.h"
 
 #define MSG 512
 
@@ -390,6 +392,42 @@ static bool k_audit_keep(struct walk *w, struct fy_node *v, const char *p, void 
     return get_u32(w, v, p, 0, &CFG(t)->audit_keep);
 }
 
+static bool k_drain_delay(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    return get_duration(w, v, p, false, &CFG(t)->drain_delay_ms);
+}
+static bool k_health_interval(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    if (!get_duration(w, v, p, false, &CFG(t)->health_interval_ms))
+        return false;
+    if (CFG(t)->health_interval_ms < 100)
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "must be at least 100ms");
+    return true;
+}
+static bool k_node_id(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    char s[sizeof CFG(t)->node_id];
+    if (!scalar(w, v, p, s, sizeof s))
+        return false;
+    for (const char *c = s; *c; c++)
+        if (*c <= ' ' || *c == 0x7f || (unsigned char)*c >= 0x80)
+            return fail(w, TANDEM_ERR_FORMAT, v, p, "a node id is printable ASCII without spaces "
+                        "(it is sent in a header), got \"%s\"", s);
+    if (!s[0])
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "must not be empty");
+    memcpy(CFG(t)->node_id, s, sizeof s);
+    return true;
+}
+static bool k_metrics_compat(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    char s[32];
+    if (!scalar(w, v, p, s, sizeof s))
+        return false;
+    if (strcmp(s, "vllm") && strcmp(s, "none"))
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected vllm or none, got \"%s\"", s);
+    CFG(t)->metrics_vllm = !strcmp(s, "vllm");
+    return true;
+}
+static bool k_metrics_require_key(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    return get_bool(w, v, p, &CFG(t)->metrics_require_key);
+}
+
 /* model keys */
 static bool k_m_path(struct walk *w, struct fy_node *v, const char *p, void *t) {
     if (!get_path(w, v, p, &MODEL(t)->path))
@@ -472,6 +510,115 @@ static bool k_m_priority(struct walk *w, struct fy_node *v, const char *p, void 
 static bool k_m_load_timeout(struct walk *w, struct fy_node *v, const char *p, void *t) {
     return get_duration(w, v, p, false, &MODEL(t)->load_timeout_ms);
 }
+/* remote model keys (docs/scale-out.md) */
+static struct config_upstream *upstream_of(struct walk *w, struct fy_node *v, const char *p,
+                                           struct config_model *m) {
+    if (!m->upstream && (m->upstream = mem_calloc(1, sizeof *m->upstream)))
+        m->upstream->health = mem_strdup("/health");
+    if (!m->upstream || !m->upstream->health) {
+        fail(w, TANDEM_ERR_NOMEM, v, p, "out of memory");
+        return NULL;
+    }
+    return m->upstream;
+}
+static bool k_m_upstream(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    struct config_upstream *u = upstream_of(w, v, p, MODEL(t));
+    if (!u || !get_list(w, v, p, &u->urls, &u->n_urls))
+        return false;
+    if (!u->n_urls || u->n_urls > REMOTE_MAX_URLS)
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected 1 to %d base URLs, got %zu",
+                    REMOTE_MAX_URLS, u->n_urls);
+    int i = 0;
+    void *it = NULL;
+    struct fy_node *item;
+    while ((item = fy_node_sequence_iterate(v, &it))) {
+        char why[MSG], sub[300];
+        snprintf(sub, sizeof sub, "%s[%d]", p, i);
+        if (remote_url_check(u->urls[i++], why, sizeof why) != TANDEM_OK)
+            return fail(w, TANDEM_ERR_FORMAT, item, sub, "\"%s\": %s", u->urls[i - 1], why);
+    }
+    return true;
+}
+static bool k_m_dialect(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    struct config_upstream *u = upstream_of(w, v, p, MODEL(t));
+    char s[32];
+    if (!u || !scalar(w, v, p, s, sizeof s))
+        return false;
+    if (!strcmp(s, "systemone") || !strcmp(s, "openai"))
+        return u->dialect = s[0] == 's' ? CONFIG_DIALECT_SYSTEMONE : CONFIG_DIALECT_OPENAI, true;
+    return fail(w, TANDEM_ERR_FORMAT, v, p, "expected systemone or openai, got \"%s\"", s);
+}
+static bool k_m_api_key_env(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    struct config_upstream *u = upstream_of(w, v, p, MODEL(t));
+    if (!u || !get_string(w, v, p, &u->api_key_env))
+        return false;
+    const char *key = getenv(u->api_key_env);
+    if (!key || !*key)
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "the environment variable %s is not set",
+                    u->api_key_env);
+    mem_free(u->api_key);
+    if (!(u->api_key = mem_strdup(key)))
+        return fail(w, TANDEM_ERR_NOMEM, v, p, "out of memory");
+    return true;
+}
+static bool k_m_timeout(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    struct config_upstream *u = upstream_of(w, v, p, MODEL(t));
+    return u && get_duration(w, v, p, false, &u->timeout_ms);
+}
+static bool k_m_health(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    struct config_upstream *u = upstream_of(w, v, p, MODEL(t));
+    char s[256];
+    if (!u || !scalar(w, v, p, s, sizeof s))
+        return false;
+    mem_free(u->health);
+    u->health = NULL;
+    if (!strcmp(s, "none"))
+        return true;
+    if (s[0] != '/' || strpbrk(s, "?# \t"))
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected a path like /health, or none, got \"%s\"",
+                    s);
+    if (!(u->health = mem_strdup(s)))
+        return fail(w, TANDEM_ERR_NOMEM, v, p, "out of memory");
+    return true;
+}
+/* Keys that configure a local engine, refused beside upstream:. */
+static const char *const LOCAL_ONLY_KEYS[] = {
+    "ctx", "ngl", "parallel", "cache_type_k", "cache_type_v", "flash_attn", "batch", "ubatch",
+    "keep_alive", "pin", "priority", "load_timeout", "extra_args", "device", "threads", NULL};
+static const char *const REMOTE_ONLY_KEYS[] = {"dialect", "api_key_env", "timeout", "health",
+                                               NULL};
+
+/* A model has exactly one of path and upstream, and only the keys of its kind. */
+static bool check_model_kind(struct walk *w, struct fy_node *k, struct fy_node *mv,
+                             const char *sub, const struct config_model *m) {
+    char at[300];
+    bool remote = !m->path;
+    if (!m->path && !m->upstream) {
+        snprintf(at, sizeof at, "%s.path", sub);
+        return fail(w, TANDEM_ERR_FORMAT, k, at, "is required (or upstream: for a remote model)");
+    }
+    if (m->path && m->upstream && m->upstream->n_urls) {
+        snprintf(at, sizeof at, "%s.upstream", sub);
+        return fail(w, TANDEM_ERR_FORMAT, fy_node_mapping_lookup_by_string(mv, "upstream", -1),
+                    at, "a model has either path (local) or upstream (remote), not both");
+    }
+    if (remote && !m->upstream->n_urls) {
+        snprintf(at, sizeof at, "%s.upstream", sub);
+        return fail(w, TANDEM_ERR_FORMAT, k, at, "is required (a model without path is remote)");
+    }
+    for (const char *const *key = remote ? LOCAL_ONLY_KEYS : REMOTE_ONLY_KEYS; *key; key++) {
+        struct fy_node *n = fy_node_mapping_lookup_by_string(mv, *key, -1);
+        if (!n)
+            continue;
+        snprintf(at, sizeof at, "%s.%s", sub, *key);
+        return fail(w, TANDEM_ERR_FORMAT, n, at, remote
+                    ? "configures a local engine; a remote model (upstream:) takes only aliases, "
+                      "dialect, api_key_env, timeout and health"
+                    : "is for a remote model (upstream:), not a local one (path:)");
+    }
+    return true;
+}
+
 /* Flags tandem derives from the plan: setting them by hand would break it. */
 static const char *const OWNED_FLAGS[] = {
     "-m", "--model", "--host", "--port", "-c", "--ctx-size", "-ngl", "--n-gpu-layers",
@@ -500,7 +647,9 @@ static const struct key MODEL_KEYS[] = {
     {"keep_alive", k_m_keep_alive}, {"pin", k_m_pin},
     {"priority", k_m_priority},   {"load_timeout", k_m_load_timeout},
     {"extra_args", k_m_extra},    {"device", k_m_device},
-    {"threads", k_m_threads},
+    {"threads", k_m_threads},     {"upstream", k_m_upstream},
+    {"dialect", k_m_dialect},     {"api_key_env", k_m_api_key_env},
+    {"timeout", k_m_timeout},     {"health", k_m_health},
     {NULL, NULL}};
 
 static bool k_models(struct walk *w, struct fy_node *v, const char *p, void *t) {
@@ -528,11 +677,8 @@ static bool k_models(struct walk *w, struct fy_node *v, const char *p, void *t) 
             return fail(w, TANDEM_ERR_NOMEM, k, sub, "out of memory");
         if (!mv || !walk_section(w, mv, sub, MODEL_KEYS, m))
             return mv ? false : fail(w, TANDEM_ERR_FORMAT, k, sub, "has no settings");
-        if (!m->path) {
-            char at[300];
-            snprintf(at, sizeof at, "%s.path", sub);
-            return fail(w, TANDEM_ERR_FORMAT, k, at, "is required");
-        }
+        if (!check_model_kind(w, k, mv, sub, m))
+            return false;
         if (m->device == PLACE_WANT_CPU && m->settings.ngl != PLAN_NGL_AUTO) {
             char at[300];
             snprintf(at, sizeof at, "%s.device", sub);
@@ -562,6 +708,7 @@ static bool k_limits(struct walk *w, struct fy_node *v, const char *p, void *t) 
         {"max_body", k_max_body},           {"queue_depth", k_queue_depth},
         {"request_timeout", k_request_timeout}, {"header_timeout", k_header_timeout},
         {"idle_timeout", k_idle_timeout},   {"max_connections", k_max_connections},
+        {"drain_delay", k_drain_delay},     {"health_interval", k_health_interval},
         {NULL, NULL}};
     return walk_section(w, v, p, keys, t);
 }
@@ -574,6 +721,15 @@ static bool k_scheduling(struct walk *w, struct fy_node *v, const char *p, void 
 static bool k_shutdown(struct walk *w, struct fy_node *v, const char *p, void *t) {
     static const struct key keys[] = {
         {"grace", k_grace}, {"engine_grace", k_engine_grace}, {NULL, NULL}};
+    return walk_section(w, v, p, keys, t);
+}
+static bool k_node(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    static const struct key keys[] = {{"id", k_node_id}, {NULL, NULL}};
+    return walk_section(w, v, p, keys, t);
+}
+static bool k_metrics(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    static const struct key keys[] = {
+        {"compat", k_metrics_compat}, {"require_key", k_metrics_require_key}, {NULL, NULL}};
     return walk_section(w, v, p, keys, t);
 }
 static bool k_logs(struct walk *w, struct fy_node *v, const char *p, void *t) {
@@ -956,7 +1112,8 @@ static const struct key ROOT_KEYS[] = {
     {"listen", k_listen},   {"api_keys", k_api_keys},     {"budget", k_budget},
     {"engine", k_engine},   {"defaults", k_defaults},     {"limits", k_limits},
     {"scheduling", k_scheduling}, {"shutdown", k_shutdown}, {"logs", k_logs},
-    {"models", k_models},   {"pipelines", k_pipelines},   {NULL, NULL}};
+    {"models", k_models},   {"pipelines", k_pipelines},   {"node", k_node},
+    {"metrics", k_metrics}, {NULL, NULL}};
 
 /* --- cross-checks, defaults, entry points ----------------------------------------------------- */
 
@@ -1117,6 +1274,11 @@ static tandem_err set_defaults(struct config *c) {
     c->header_timeout_ms = 10000;
     c->idle_timeout_ms = 60000;
     c->max_connections = 256;
+    c->drain_delay_ms = 5000;
+    c->health_interval_ms = 1000;
+    if (gethostname(c->node_id, sizeof c->node_id) != 0 || !c->node_id[0])
+        snprintf(c->node_id, sizeof c->node_id, "tandem");
+    c->node_id[sizeof c->node_id - 1] = '\0';
     c->group_limit = 16;
     c->request_tokens = 256;
     c->clients = 1;
@@ -1308,6 +1470,18 @@ static void free_pipeline(struct config_pipeline *pl) {
     mem_free(pl->escalate_model);
 }
 
+static void free_upstream(struct config_upstream *u) {
+    if (!u)
+        return;
+    free_list(u->urls, u->n_urls);
+    mem_free(u->api_key_env);
+    if (u->api_key)
+        explicit_bzero(u->api_key, strlen(u->api_key));
+    mem_free(u->api_key);
+    mem_free(u->health);
+    mem_free(u);
+}
+
 void config_free(struct config *c) {
     if (!c)
         return;
@@ -1318,6 +1492,7 @@ void config_free(struct config *c) {
         struct config_model *m = &c->models[i];
         mem_free(m->name);
         mem_free(m->path);
+        free_upstream(m->upstream);
         free_list(m->aliases, m->n_aliases);
         free_list(m->extra_args, m->n_extra_args);
     }

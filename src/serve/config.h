@@ -20,9 +20,28 @@
 
 #define CONFIG_KEEP_ALIVE_FOREVER (-1)
 
+enum config_dialect { CONFIG_DIALECT_SYSTEMONE, CONFIG_DIALECT_OPENAI };
+
+/* A model served elsewhere (docs/scale-out.md): instead of path, an ordered
+ * list of base URLs. */
+struct config_upstream {
+    char **urls;                   /* checked: http(s)://host[:port][/prefix] */
+    size_t n_urls;
+    enum config_dialect dialect;   /* dialect: systemone (default; POST /v1/systemone)
+                                    * or openai (the OpenAI routes only) */
+    char *api_key_env;             /* api_key_env: the variable's name, or NULL */
+    char *api_key;                 /* its value, read at load (set, or an error);
+                                    * never logged */
+    int64_t timeout_ms;            /* timeout: one attempt's cap; default 0 = the
+                                    * request's deadline only */
+    char *health;                  /* health: the path polled (default "/health"); NULL
+                                    * for none */
+};
+
 struct config_model {
     char *name;                    /* the key under models: */
-    char *path;                    /* expanded, absolute */
+    char *path;                    /* expanded, absolute; NULL for a remote model */
+    struct config_upstream *upstream; /* a remote model (upstream:), else NULL */
     char **aliases;                /* extra names clients may use */
     size_t n_aliases;
     struct plan_settings settings; /* ctx (0 = training context), ngl (PLAN_NGL_AUTO
@@ -137,6 +156,11 @@ struct config {
     int64_t header_timeout_ms;     /* limits.header_timeout: default 10000 */
     int64_t idle_timeout_ms;       /* limits.idle_timeout: keep-alive idle, default 60000 */
     uint32_t max_connections;      /* limits.max_connections: default 256 */
+    int64_t drain_delay_ms;        /* limits.drain_delay: after SIGTERM, new requests are
+                                    * still admitted this long while /health says 503, so
+                                    * gateways take the node out first; default 5000 */
+    int64_t health_interval_ms;    /* limits.health_interval: remote upstreams' health
+                                    * polls; default 1000 */
     uint32_t group_limit;          /* scheduling.group_limit: requests one resident model
                                     * may serve while another model waits; default 16 */
     int64_t starvation_ms;         /* scheduling.max_wait: how long a resident model may
@@ -158,6 +182,12 @@ struct config {
     uint64_t audit_max_bytes;      /* logs.audit_max: rotate past this; default 64 MiB */
     uint32_t audit_keep;           /* logs.audit_keep: rotated files kept; default 5 */
     char *llama_server;            /* engine.path: default NULL (the usual lookup) */
+    char node_id[128];             /* node.id: x-tandem-node on every answer; default
+                                    * the hostname */
+    bool metrics_vllm;             /* metrics.compat: vllm also emits vllm:* node gauges;
+                                    * default none */
+    bool metrics_require_key;      /* metrics.require_key: /metrics needs an API key;
+                                    * default false */
     struct config_pipeline *pipelines; /* in file order; checked against the models,
                                     * thresholds and escalations here, templates by
                                     * pipeline.c */

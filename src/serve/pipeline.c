@@ -360,6 +360,8 @@ struct pipeline_run {
     char *body;
     struct sched_job *job;
     struct http_upstream *up;
+    struct remote_call *rcall;  /* a remote stage in flight */
+    int64_t stage_t0;
     stage_cont cont;
     struct pipeline_run *nested;
     char why[600];              /* why the decision was rejected, for an escalation */
@@ -446,6 +448,22 @@ static void stage_engine_error(struct pipeline_run *r, int status, json_t *answe
                  msg ? msg : len ? text : "(empty body)");
 }
 
+/* The stage's answer (status, text[len], parsed into answer: stolen, NULL
+ * when not JSON) arrived and its timing is recorded: the run goes on, or ends
+ * with the model's error. */
+static void stage_answered(struct pipeline_run *r, int status, json_t *answer, const char *text,
+                           size_t len) {
+    json_t *in = json_object_get(json_object_get(answer, "usage"), "input_tokens");
+    if (status != 200 || !json_is_object(json_object_get(answer, "answers"))) {
+        stage_engine_error(r, status == 200 ? 502 : status, answer, text, len);
+        json_decref(answer);
+        return;
+    }
+    if (json_is_integer(in))
+        r->tokens = (r->tokens < 0 ? 0 : r->tokens) + (long)json_integer_value(in);
+    r->cont(r, answer); /* takes the reference */
+}
+
 static void on_engine_done(void *user, int status, struct evbuffer *body, const char *error) {
     struct pipeline_run *r = user;
     r->up = NULL;
@@ -464,14 +482,22 @@ static void on_engine_done(void *user, int status, struct evbuffer *body, const 
     sched_job_done(r->job, status == 200);
     r->job = NULL;
     add_timing(r, &t);
-    if (status != 200 || !json_is_object(json_object_get(answer, "answers"))) {
-        stage_engine_error(r, status == 200 ? 502 : status, answer, text, len);
-        json_decref(answer);
-        return;
-    }
-    if (json_is_integer(in))
-        r->tokens = (r->tokens < 0 ? 0 : r->tokens) + (long)json_integer_value(in);
-    r->cont(r, answer); /* takes the reference */
+    stage_answered(r, status, answer, text, len);
+}
+
+/* A remote stage ended: an upstream's answer goes on like an engine's; no
+ * answer (every upstream down or refusing, the deadline) ends the run. */
+static void on_remote_done(void *user, const struct remote_result *res) {
+    struct pipeline_run *r = user;
+    r->rcall = NULL;
+    struct sched_timing t = {.running_ms = host_now_ms() - r->stage_t0};
+    add_timing(r, &t);
+    if (res->from_upstream)
+        stage_answered(r, res->status, json_loadb(res->body, res->len, 0, NULL), res->body,
+                       res->len);
+    else
+        finish_error(r, res->status, res->status == 504 ? "deadline_exceeded" : "upstream_error",
+                     "pipeline %s, stage %s: %s", r->cp->pl->name, r->stage_name, res->error);
 }
 
 static const struct http_upstream_ops engine_ops = {.done = on_engine_done};
@@ -517,9 +543,17 @@ static tandem_err run_stage(struct pipeline_run *r, const char *name, size_t mod
     json_decref(req);
     if (!r->body)
         return TANDEM_ERR_NOMEM;
+    const struct pipeline_model *pm = &r->set->models[model];
+    if (pm->remote_index != SIZE_MAX) {
+        r->stage_t0 = host_now_ms();
+        r->rcall = remote_call_start(r->env.remote, pm->remote_index, "/v1/systemone", r->body,
+                                     strlen(r->body), r->request_id, r->deadline, on_remote_done,
+                                     r);
+        return r->rcall ? TANDEM_OK : TANDEM_ERR_NOMEM;
+    }
     uint32_t position;
-    return sched_submit(r->env.sched, r->set->models[model].sched_index, r->deadline, &job_ops,
-                        r, &r->job, &position);
+    return sched_submit(r->env.sched, pm->sched_index, r->deadline, &job_ops, r, &r->job,
+                        &position);
 }
 
 /* run_stage for a stage started from a callback: a refusal ends the run. */
@@ -529,6 +563,10 @@ static void run_stage_or_fail(struct pipeline_run *r, const char *name, size_t m
     if (e == TANDEM_ERR_TOOBIG)
         finish_error(r, 429, "queue_full", "pipeline %s, stage %s: the admission queue is full "
                      "(limits.queue_depth); retry later", r->cp->pl->name, name);
+    else if (e == TANDEM_ERR_TIMEOUT)
+        finish_error(r, 504, "deadline_exceeded", "pipeline %s, stage %s: model %s must load "
+                     "first, and its expected load time ends after the deadline",
+                     r->cp->pl->name, name, model_name(r, model));
     else if (e != TANDEM_OK)
         finish_error(r, 503, "unavailable_error", "pipeline %s, stage %s: %s", r->cp->pl->name,
                      name, e == TANDEM_ERR_UNSUPPORTED ? "tandem is shutting down"
@@ -1045,9 +1083,12 @@ static tandem_err start_run(const struct pipeline_set *s, const struct pipeline_
         e = run_stage(r, "decide", cp->decide.model, qs, on_decided);
     if (e != TANDEM_OK) {
         *status = e == TANDEM_ERR_FORMAT ? 400 : e == TANDEM_ERR_TOOBIG ? 429
-                : e == TANDEM_ERR_UNSUPPORTED ? 503 : 500;
+                : e == TANDEM_ERR_TIMEOUT ? 504 : e == TANDEM_ERR_UNSUPPORTED ? 503 : 500;
         if (e == TANDEM_ERR_TOOBIG)
             tandem_errmsg(err, errlen, "the admission queue is full (limits.queue_depth); retry later");
+        else if (e == TANDEM_ERR_TIMEOUT)
+            tandem_errmsg(err, errlen, "model %s must load first, and its expected load time "
+                          "ends after the deadline", model_name(r, cp->decide.model));
         else if (e == TANDEM_ERR_UNSUPPORTED)
             tandem_errmsg(err, errlen, "tandem is shutting down");
         run_free(r);
@@ -1084,6 +1125,8 @@ void pipeline_run_cancel(struct pipeline_run *r) {
         http_upstream_cancel(r->up);
     if (r->job)
         sched_job_cancel(r->job);
+    if (r->rcall)
+        remote_call_cancel(r->rcall);
     run_free(r);
 }
 

@@ -11,7 +11,8 @@
  *
  * A pipeline set is compiled once from the config: templates, models and
  * option counts are checked there, so a request can only fail for what it
- * carries or for what happens at run time. */
+ * carries or for what happens at run time. A stage on a remote model
+ * (upstream:) is the same POST sent through the remote set instead. */
 #ifndef TANDEM_PIPELINE_H
 #define TANDEM_PIPELINE_H
 
@@ -22,11 +23,13 @@
 #include "serve/config.h"
 #include "base/err.h"
 #include "serve/http.h"
+#include "serve/remote.h"
 #include "serve/sched.h"
 
 /* A model as pipelines see it: entry i describes cfg->models[i]. */
 struct pipeline_model {
-    size_t sched_index;        /* the scheduler's index of the model */
+    size_t sched_index;        /* the scheduler's index of a local model, else SIZE_MAX */
+    size_t remote_index;       /* the remote set's index of a remote model, else SIZE_MAX */
     const char *decision_type; /* "" = not a decision model */
     unsigned max_options;      /* choice options the model takes */
     const char *file_sha256;   /* hex digest of the whole GGUF file; "" = unknown */
@@ -36,6 +39,7 @@ struct pipeline_model {
 struct pipeline_env {
     struct sched *sched;
     struct http_client *engines;
+    struct remote *remote;     /* NULL when no model is remote */
 };
 
 struct pipeline_set; /* opaque: the compiled pipelines of one config */
@@ -80,6 +84,7 @@ typedef void (*pipeline_done_fn)(void *user, struct pipeline_outcome *outcome);
  * outputs) the field at fault ("" when none): TANDEM_ERR_NOTFOUND (404, no
  * such pipeline), TANDEM_ERR_FORMAT (400, the request breaks the pipeline
  * request contract), TANDEM_ERR_TOOBIG (429, the queue is full),
+ * TANDEM_ERR_TIMEOUT (504, the decide model must load and cannot in time),
  * TANDEM_ERR_UNSUPPORTED (503, shutting down), TANDEM_ERR_NOMEM (500). */
 tandem_err pipeline_run_start(const struct pipeline_set *s, const struct pipeline_env *env,
                               const char *name, const json_t *request, const char *request_id,

@@ -37,29 +37,48 @@ tandem_err placement_check_devices(const struct config *cfg, const struct place_
     return TANDEM_OK;
 }
 
-static size_t index_of(const struct config *cfg, const char *name) {
+size_t placement_locals(const struct config *cfg, size_t *local) {
+    size_t n = 0;
+    for (size_t i = 0; i < cfg->n_models; i++)
+        if (!cfg->models[i].upstream)
+            local[n++] = i;
+    return n;
+}
+
+/* The local index of the model named name, or SIZE_MAX (remote or unknown). */
+static size_t local_of(const struct config *cfg, const size_t *local, size_t n, const char *name) {
     const struct config_model *m = config_find_model(cfg, name);
-    return m ? (size_t)(m - cfg->models) : SIZE_MAX;
+    for (size_t k = 0; m && k < n; k++)
+        if (&cfg->models[local[k]] == m)
+            return k;
+    return SIZE_MAX;
+}
+
+static void add_stage(struct place_work *w, size_t k) {
+    if (k != SIZE_MAX && w->n < PLACE_MAX_STAGES)
+        w->models[w->n++] = k;
 }
 
 size_t placement_inputs(const struct config *cfg, struct plan_model *const *pm, bool use_measured,
                         struct place_model *models, struct place_work *work) {
     double cpu_flops = cost_cpu_flops(TANDEM_ENGINE_BUILD, use_measured, NULL);
-    for (size_t i = 0; i < cfg->n_models; i++) {
-        const struct config_model *cm = &cfg->models[i];
-        models[i] = (struct place_model){.name = cm->name, .model = pm[i],
+    size_t local[PLACE_MAX_MODELS], n_local = placement_locals(cfg, local);
+    for (size_t k = 0; k < n_local; k++) {
+        const struct config_model *cm = &cfg->models[local[k]];
+        models[k] = (struct place_model){.name = cm->name, .model = pm[local[k]],
                                          .settings = cm->settings, .want = cm->device,
                                          .gpu = cm->gpu, .pinned = cm->pin};
-        cost_of(pm[i], TANDEM_ENGINE_BUILD, use_measured, cpu_flops, &models[i].cost);
+        cost_of(pm[local[k]], TANDEM_ENGINE_BUILD, use_measured, cpu_flops, &models[k].cost);
     }
     size_t n = 0;
     for (size_t p = 0; p < cfg->n_pipelines && n < PLACE_MAX_WORK; p++) {
         const struct config_pipeline *pl = &cfg->pipelines[p];
-        struct place_work *w = &work[n++];
+        struct place_work *w = &work[n];
         *w = (struct place_work){.name = pl->name, .pipeline = true};
-        w->models[w->n++] = index_of(cfg, pl->decide.model);
-        for (size_t v = 0; v < pl->n_verify && w->n < PLACE_MAX_STAGES; v++)
-            w->models[w->n++] = index_of(cfg, pl->verify[v].model);
+        add_stage(w, local_of(cfg, local, n_local, pl->decide.model));
+        for (size_t v = 0; v < pl->n_verify; v++)
+            add_stage(w, local_of(cfg, local, n_local, pl->verify[v].model));
+        n += w->n > 0; /* a pipeline of remote stages only costs nothing here */
     }
     return n;
 }
@@ -70,11 +89,12 @@ struct place_params placement_params(const struct config *cfg) {
 }
 
 /* A model its config puts on the CPU that cannot fit host RAM alone. */
-static tandem_err check_cpu_models(const struct config *cfg, const struct place_budget *b,
-                                   const struct place_result *r, char *err, size_t errlen) {
-    for (size_t i = 0; i < cfg->n_models; i++) {
-        const struct config_model *m = &cfg->models[i];
-        uint64_t need = plan_footprint_device_total(&r->best.slot[i].footprint, PLAN_DEVICE_HOST);
+static tandem_err check_cpu_models(const struct config *cfg, const size_t *local, size_t n,
+                                   const struct place_budget *b, const struct place_result *r,
+                                   char *err, size_t errlen) {
+    for (size_t k = 0; k < n; k++) {
+        const struct config_model *m = &cfg->models[local[k]];
+        uint64_t need = plan_footprint_device_total(&r->best.slot[k].footprint, PLAN_DEVICE_HOST);
         if (m->device != PLACE_WANT_CPU || need <= b->host_bytes)
             continue;
         char a[32], h[32];
@@ -89,17 +109,18 @@ static tandem_err check_cpu_models(const struct config *cfg, const struct place_
 }
 
 /* The first model that fits no device even alone: err names it and why. */
-static bool name_misfit(const struct config *cfg, const struct place_model *models,
-                        const struct place_budget *b, const struct place_params *p,
-                        bool use_measured, struct place_result *scratch, char *err,
-                        size_t errlen) {
-    for (size_t i = 0; i < cfg->n_models; i++) {
-        if (place_choose(&models[i], 1, NULL, 0, b, p, plan_cli_footprint, &use_measured,
+static bool name_misfit(const struct config *cfg, const size_t *local, size_t n,
+                        const struct place_model *models, const struct place_budget *b,
+                        const struct place_params *p, bool use_measured,
+                        struct place_result *scratch, char *err, size_t errlen) {
+    for (size_t k = 0; k < n; k++) {
+        if (place_choose(&models[k], 1, NULL, 0, b, p, plan_cli_footprint, &use_measured,
                          scratch) != TANDEM_OK ||
             scratch->best.fits)
             continue;
-        tandem_errmsg(err, errlen, "%s:%u: models.%s: %s, even alone", cfg->path,
-                      cfg->models[i].line, cfg->models[i].name, scratch->best.reason);
+        const struct config_model *m = &cfg->models[local[k]];
+        tandem_errmsg(err, errlen, "%s:%u: models.%s: %s, even alone", cfg->path, m->line,
+                      m->name, scratch->best.reason);
         return true;
     }
     return false;
@@ -114,21 +135,22 @@ tandem_err placement_run(const struct config *cfg, struct plan_model *const *pm,
         tandem_errmsg(err, errlen, "%s: at most %d models", cfg->path, PLACE_MAX_MODELS);
         return TANDEM_ERR_TOOBIG;
     }
+    size_t local[PLACE_MAX_MODELS], n = placement_locals(cfg, local);
     size_t n_work = placement_inputs(cfg, pm, use_measured, models, work);
     struct place_params p = placement_params(cfg);
-    tandem_err e = place_choose(models, cfg->n_models, work, n_work, b, &p, plan_cli_footprint,
+    tandem_err e = place_choose(models, n, work, n_work, b, &p, plan_cli_footprint,
                                 &use_measured, out);
     if (e != TANDEM_OK) {
         tandem_errmsg(err, errlen, "placement: %s", tandem_strerror(e));
         return e;
     }
-    if ((e = check_cpu_models(cfg, b, out, err, errlen)) != TANDEM_OK)
+    if ((e = check_cpu_models(cfg, local, n, b, out, err, errlen)) != TANDEM_OK)
         return e;
     if (out->best.fits)
         return TANDEM_OK;
     char why[sizeof out->best.reason + sizeof out->best.label + 8];
     snprintf(why, sizeof why, "%s (%s)", out->best.reason, out->best.label);
-    if (!name_misfit(cfg, models, b, &p, use_measured, out, err, errlen))
+    if (!name_misfit(cfg, local, n, models, b, &p, use_measured, out, err, errlen))
         tandem_errmsg(err, errlen, "%s: no placement of the models fits together: %s", cfg->path,
                       why);
     return TANDEM_ERR_TOOBIG;

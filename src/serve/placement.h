@@ -25,17 +25,25 @@
 tandem_err placement_check_devices(const struct config *cfg, const struct place_budget *b,
                                    char *err, size_t errlen);
 
-/* Fills models[cfg->n_models] (file order; names, settings and costs
- * borrowed from cfg and pm[i], the opened model of cfg->models[i]) and
- * work[PLACE_MAX_WORK]; returns the number of works (0 = no pipelines: each
- * model's own requests). use_measured: the cost and footprint caches. */
+/* Remote models (upstream:) take no memory and are not placed: the search
+ * sees the local ones only. Writes the config indices of cfg's local models,
+ * in file order, into local[] (room for cfg->n_models) and returns how many. */
+size_t placement_locals(const struct config *cfg, size_t *local);
+
+/* Fills models[] with the local models (placement_locals' order; names,
+ * settings and costs borrowed from cfg and pm[i], the opened model of
+ * cfg->models[i], NULL for a remote one) and work[PLACE_MAX_WORK], whose
+ * stages index models[] (remote stages are left out); returns the number of
+ * works (0 = no pipelines with a local stage: each model's own requests).
+ * use_measured: the cost and footprint caches. */
 size_t placement_inputs(const struct config *cfg, struct plan_model *const *pm, bool use_measured,
                         struct place_model *models, struct place_work *work);
 
 /* The search parameters of cfg's scheduling section. */
 struct place_params placement_params(const struct config *cfg);
 
-/* Runs the search for cfg on b into *out (output). Returns
+/* Runs the search for cfg's local models on b into *out (output; its slots
+ * in placement_locals' order). Returns
  * TANDEM_ERR_FORMAT with err "<file>:<line>: models.<name>.device: cpu: does
  * not fit: ..." when a model placed on the CPU by its config does not fit
  * host RAM, TANDEM_ERR_TOOBIG with err naming the numbers when no

@@ -81,7 +81,7 @@ struct smodel {
     struct plan_settings settings;
     int32_t device;          /* GPU index, or PLACE_CPU */
     uint64_t gpu, host;
-    int64_t keep_alive_ms, load_timeout_ms;
+    int64_t keep_alive_ms, load_timeout_ms, load_estimate_ms;
     bool pin;
     bool load_asked; /* an admin load waits for evicted engines to exit */
     int32_t priority;
@@ -395,6 +395,18 @@ static void job_start(struct sched_job *j) {
     j->ops->start(j, engine_child_port(m->child), j->user);
 }
 
+/* Whether m cannot be ready before deadline_ms: it holds no ready engine
+ * and the rest of its expected load (measured here, else estimated) ends
+ * later. Unknown load times never refuse. */
+static bool loads_past(const struct smodel *m, int64_t deadline_ms) {
+    int64_t expect = m->ready_ms >= 0 ? m->ready_ms : m->load_estimate_ms, now = host_now_ms();
+    if (deadline_ms <= 0 || expect <= 0 || m->state == SCHED_RESIDENT)
+        return false;
+    if (m->state == SCHED_LOADING)
+        expect -= now - m->load_started;
+    return now + expect > deadline_ms;
+}
+
 tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms,
                         const struct sched_job_ops *ops, void *user, struct sched_job **job,
                         uint32_t *position) {
@@ -405,6 +417,8 @@ tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms,
         return TANDEM_ERR_UNSUPPORTED;
     if (s->n_waiting >= s->p.queue_depth)
         return TANDEM_ERR_TOOBIG;
+    if (loads_past(s->models[index], deadline_ms))
+        return TANDEM_ERR_TIMEOUT;
     struct sched_job *j = mem_calloc(1, sizeof *j);
     if (!j)
         return TANDEM_ERR_NOMEM;
@@ -891,9 +905,10 @@ static void load_asked_models(struct sched *s) {
 }
 
 static void kick(struct sched *s) {
-    if (s->shutting_down) {
+    if (s->shutting_down) { /* the admitted jobs of ready engines finish, nothing loads */
+        start_ready_jobs(s);
         for (size_t i = 0; i < s->n_models; i++)
-            if (s->models[i]->n_running == 0)
+            if (idle(s->models[i]))
                 stop_model(s->models[i], "shutdown");
         maybe_done(s);
         return;
@@ -999,7 +1014,8 @@ tandem_err sched_add_model(struct sched *s, const struct sched_model_spec *spec,
                          .settings = spec->settings, .device = spec->device,
                          .stop_ms = -1, .ready_ms = -1, .first_ms = -1, .gpu = spec->gpu_bytes,
                          .host = spec->host_bytes, .keep_alive_ms = spec->keep_alive_ms,
-                         .load_timeout_ms = spec->load_timeout_ms, .pin = spec->pin,
+                         .load_timeout_ms = spec->load_timeout_ms,
+                         .load_estimate_ms = spec->load_estimate_ms, .pin = spec->pin,
                          .priority = spec->priority};
     TAILQ_INIT(&m->running);
     m->name = mem_strdup(spec->name);
@@ -1064,18 +1080,29 @@ tandem_err sched_unload(struct sched *s, size_t index) {
     return TANDEM_OK;
 }
 
+/* Fails the waiting jobs; with only_unloaded, those whose model holds no
+ * engine that is ready or loading (they would need a new load). */
+static void fail_queue(struct sched *s, bool only_unloaded) {
+    struct sched_job *j, *next;
+    for (j = TAILQ_FIRST(&s->waiting); j; j = next) {
+        next = TAILQ_NEXT(j, link);
+        enum sched_state st = j->m->state;
+        if (!only_unloaded || (st != SCHED_RESIDENT && st != SCHED_LOADING))
+            job_fail(j, 503, "unavailable_error", "tandem is shutting down");
+    }
+}
+
 void sched_shutdown(struct sched *s, void (*done)(void *user), void *user) {
     s->shutting_down = true;
     s->done = done;
     s->done_user = user;
-    struct sched_job *j;
-    while ((j = TAILQ_FIRST(&s->waiting)))
-        job_fail(j, 503, "unavailable_error", "tandem is shutting down");
+    fail_queue(s, true);
     kick(s);
 }
 
 void sched_shutdown_now(struct sched *s) {
     s->shutting_down = true;
+    fail_queue(s, false);
     for (size_t i = 0; i < s->n_models; i++)
         fail_running(s->models[i], 503, "unavailable_error", "tandem is shutting down");
     kick(s);
@@ -1154,6 +1181,17 @@ static json_t *devices_json(const struct sched *s, const struct usage *used) {
                                        (json_int_t)s->p.host_budget, "used_bytes",
                                        (json_int_t)used->host, "simulated", false));
     return a;
+}
+
+void sched_slots(const struct sched *s, uint32_t *busy, uint32_t *total) {
+    *busy = *total = 0;
+    for (size_t i = 0; i < s->n_models; i++) {
+        const struct smodel *m = s->models[i];
+        if (m->state != SCHED_RESIDENT)
+            continue;
+        *busy += m->n_running;
+        *total += m->settings.parallel;
+    }
 }
 
 json_t *sched_status_json(const struct sched *s) {

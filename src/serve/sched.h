@@ -47,6 +47,8 @@ struct sched_model_spec {
                                       * that GPU */
     int64_t keep_alive_ms;           /* idle time before unload; < 0 = forever */
     int64_t load_timeout_ms;
+    int64_t load_estimate_ms;        /* expected spawn to ready before one is measured
+                                      * here (the cost model's); 0 = unknown */
     bool pin;                        /* loaded at start, never evicted */
     int32_t priority;                /* eviction order: lower priority goes first,
                                       * least recently used among equals */
@@ -105,8 +107,10 @@ void sched_preload(struct sched *s);
  * <= 0 = none). *position (output) is how many jobs wait ahead of it (0 when
  * it starts at once). ops->start may be called before this returns. Returns
  * TANDEM_ERR_TOOBIG when the queue is full (*job NULL; the caller answers
- * 429), TANDEM_ERR_RANGE for a bad index, TANDEM_ERR_UNSUPPORTED while
- * shutting down, TANDEM_ERR_NOMEM. */
+ * 429), TANDEM_ERR_TIMEOUT when the model holds no ready engine and its
+ * expected load (the last one measured here, else the spec's estimate) ends
+ * after the deadline (the caller answers 504 at once), TANDEM_ERR_RANGE for a
+ * bad index, TANDEM_ERR_UNSUPPORTED while shutting down, TANDEM_ERR_NOMEM. */
 tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms,
                         const struct sched_job_ops *ops, void *user, struct sched_job **job,
                         uint32_t *position);
@@ -149,13 +153,15 @@ size_t sched_job_model(const struct sched_job *job);
 tandem_err sched_load(struct sched *s, size_t index);
 tandem_err sched_unload(struct sched *s, size_t index);
 
-/* Begins shutdown: new jobs are refused, queued jobs fail with 503, running
- * jobs continue. done (may be NULL) is called once every job has finished
- * and every child has exited (after SIGTERM, then SIGKILL past the grace). */
+/* Begins shutdown: new jobs are refused; queued jobs whose model is resident
+ * or loading stay queued and run, the others (they would need a load) fail
+ * with 503; running jobs continue. Idle engines stop. done (may be NULL) is
+ * called once every job has finished and every child has exited (after
+ * SIGTERM, then SIGKILL past the grace). */
 void sched_shutdown(struct sched *s, void (*done)(void *user), void *user);
 
-/* Forces the end of a shutdown: running jobs fail with 503 and children are
- * killed. */
+/* Forces the end of a shutdown: queued and running jobs fail with 503 and
+ * children are killed. */
 void sched_shutdown_now(struct sched *s);
 
 size_t sched_model_count(const struct sched *s);
@@ -171,6 +177,9 @@ struct sched_counts {
     uint32_t waiting, running;
 };
 void sched_model_counts(const struct sched *s, size_t index, struct sched_counts *out);
+
+/* Engine slots of the resident models: *busy running a job, *total in all. */
+void sched_slots(const struct sched *s, uint32_t *busy, uint32_t *total);
 
 /* The scheduler's state as JSON (new reference): budget and use, the queue,
  * and per model its state, footprint, pid, port, jobs and counts. NULL on OOM. */

@@ -206,7 +206,7 @@ class Serve:
     config is the YAML text without `listen` and `logs` (added here: a free
     port, and logs under tmp_path so each test has its own audit log)."""
 
-    def __init__(self, tandem_bin, tmp_path, config, ready_timeout=60, env=None):
+    def __init__(self, tandem_bin, tmp_path, config, ready_timeout=60, env=None, drain_delay=0):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.logs = tmp_path / "logs"
@@ -216,7 +216,11 @@ class Serve:
                                + config)
         self.stderr_path = tmp_path / "serve.stderr"
         self.stderr = open(self.stderr_path, "w")
-        self.proc = subprocess.Popen([str(tandem_bin), "serve", "--config", str(self.config)],
+        # drain_delay: --drain-delay in ms (0 by default: no gateway routes to a test's
+        # node, so SIGTERM refuses at once); None keeps the config's limits.drain_delay
+        delay = [] if drain_delay is None else ["--drain-delay", str(drain_delay)]
+        self.proc = subprocess.Popen([str(tandem_bin), "serve", "--config", str(self.config)]
+                                     + delay,
                                      stdout=subprocess.DEVNULL, stderr=self.stderr,
                                      env={**os.environ, **(env or {})})
         deadline = time.time() + ready_timeout
@@ -274,7 +278,10 @@ def serve_factory(tandem_bin, tmp_path):
     started = []
 
     def start(config, **kw):
-        s = Serve(tandem_bin, tmp_path, config, **kw)
+        # the first daemon keeps tmp_path itself; later ones get their own folder
+        where = tmp_path / f"serve{len(started)}" if started else tmp_path
+        where.mkdir(exist_ok=True)
+        s = Serve(tandem_bin, where, config, **kw)
         started.append(s)
         return s
 
