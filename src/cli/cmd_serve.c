@@ -55,7 +55,6 @@
 #include "version.h"
 
 #define READY_POLL_MS 50
-#define REMOTE_MAX_RESPONSE (64u << 20) /* an upstream's answer, at most */
 
 struct serve {
     struct config *cfg;
@@ -588,8 +587,7 @@ static int open_remote(struct serve *sv) {
     if (sv->n_local == sv->n)
         return 0;
     struct remote_params rp = {.health_interval_ms = sv->cfg->health_interval_ms,
-                               .max_response_bytes = REMOTE_MAX_RESPONSE,
-                               .metrics = sv->metrics};
+                               .metrics = sv->metrics}; /* answers up to 64 MiB */
     if (!(sv->remote = remote_new(sv->base, &rp)))
         return 1;
     for (size_t i = 0; i < sv->n; i++) {

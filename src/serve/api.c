@@ -313,7 +313,7 @@ static const char *rejection(const struct api *a, int status, const char *messag
         return "deadline";
     if (status != 503)
         return NULL;
-    if (a->phase >= API_DRAINING || (message && strstr(message, "shutting down")))
+    if (a->phase >= API_DRAINING) /* the scheduler shuts down only after this */
         return "draining";
     return message && strstr(message, "upstream") ? "no_upstream" : "no_memory";
 }

@@ -35,8 +35,9 @@ struct remote;      /* opaque: every remote model of one config */
 struct remote_call; /* opaque: one call in flight */
 
 struct remote_params {
-    int64_t health_interval_ms;   /* between health polls of each URL; default 1000 */
-    uint64_t max_response_bytes;  /* a larger answer is a 502 naming the upstream */
+    int64_t health_interval_ms;   /* between health polls of each URL; 0 = 1000 */
+    uint64_t max_response_bytes;  /* a larger answer is a 502 naming the upstream;
+                                   * 0 = 64 MiB */
     struct prom *metrics;         /* borrowed; NULL = none. Registers
                                    * tandem_upstream_up{model,upstream} (gauge),
                                    * tandem_upstream_requests_total{model,upstream,code}
