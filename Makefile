@@ -32,18 +32,22 @@ PYTEST   := $(VENV)/bin/python -m pytest
 # $(call pkg,NAME,DEBIAN-PACKAGE,--cflags|--libs)
 pkg = $(if $(shell pkg-config --exists $(1) && echo yes),$(shell pkg-config $(3) $(1)),$(error $(1) not found by pkg-config: install the Debian package $(2) (or run `make deps`)))
 
-.PHONY: all test unit e2e layers asan fuzz fixtures deps venv run bench bench-plan clean help
+.PHONY: all test unit e2e layers asan fuzz fuzz-merge fuzz-replay fixtures deps venv run bench bench-plan clean help
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/tandem
 
 help:
 	@echo "make            build build/tandem"
-	@echo "make test       install what is missing, check the include layers, build, run unit + end-to-end tests"
+	@echo "make test       install what is missing, check the include layers, build, run unit tests,"
+	@echo "                replay the fuzz corpora, run end-to-end tests"
 	@echo "make layers     check that no include in src/ goes up a layer (docs/architecture.md, Layers)"
 	@echo "make run        install, build, run the decide-then-verify demo (examples/demo.yaml)"
-	@echo "make asan       unit tests, then the end-to-end suite, under AddressSanitizer + UBSan"
-	@echo "make fuzz       fuzz the GGUF reader, config loader and System One request checks, FUZZ_SECONDS (default 60) each"
+	@echo "make asan       unit tests, fuzz corpora, then the end-to-end suite, under AddressSanitizer + UBSan"
+	@echo "make fuzz       fuzz the GGUF reader, config loader, System One checks, templates and HTTP router"
+	@echo "                under ASan + UBSan, FUZZ_SECONDS (default 60) each (FUZZ_TARGETS picks some)"
+	@echo "make fuzz-merge minimise the campaigns' corpora into tests/fuzz/corpus/<target>/"
+	@echo "make fuzz-replay replay tests/fuzz/corpus/ through every target without libFuzzer (part of make test)"
 	@echo "make deps       system packages, pinned engine (CUDA=1 for a CUDA build), test models, venv"
 	@echo "make fixtures   build the decision-model fixtures into ~/.cache/tandem/fixtures"
 	@echo "make bench      benchmarks; tables land in docs/"
@@ -58,6 +62,16 @@ $(BUILD)/gen/version.h: scripts/pins.env
 	  '#define TANDEM_ENGINE_BUILD $(ENGINE_BUILD)' \
 	  '#define TANDEM_ENGINE_COMMIT "$(ENGINE_COMMIT)"' > $@.tmp && mv $@.tmp $@
 
+# --- generated header: the API contract that GET /openapi.yaml serves ----------
+# The bytes of docs/openapi.yaml as a C array, included by src/serve/api.c only,
+# so the binary needs no file at run time.
+$(BUILD)/gen/openapi_yaml.h: docs/openapi.yaml
+	@mkdir -p $(@D)
+	@{ echo '/* generated from docs/openapi.yaml by the Makefile; do not edit */'; \
+	  echo 'static const unsigned char openapi_yaml[] = {'; \
+	  od -An -v -tx1 $< | sed 's/\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	  echo '};'; } > $@.tmp && mv $@.tmp $@
+
 # --- objects, binaries and the unit runner, for one flavour ------------------
 # $(call flavour,DIR,EXTRA-CFLAGS[,COMPILER])
 define flavour
@@ -68,6 +82,8 @@ $(1)/obj/%.o: src/%.c $(BUILD)/gen/version.h
 $(1)/tests/%.o: tests/%.c $(BUILD)/gen/version.h
 	@mkdir -p $$(@D)
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$(LIB_CFLAGS) $$(call pkg,criterion,libcriterion-dev,--cflags) -c -o $$@ $$<
+
+$(1)/obj/serve/api.o: $(BUILD)/gen/openapi_yaml.h
 
 $(1)/tandem: $(SRC:src/%.c=$(1)/obj/%.o)
 	$$(CC) $(2) -o $$@ $$^ $$(LDLIBS)
@@ -85,34 +101,72 @@ $(eval $(call flavour,$(BUILD),))
 $(eval $(call flavour,$(BUILD)/asan,$(ASAN_FLAGS)))
 $(eval $(call flavour,$(BUILD)/fuzz,$(FUZZ_FLAGS),clang))
 
-# --- fuzzing: libFuzzer + ASan + UBSan on the GGUF reader -------------------------
+# --- fuzzing: libFuzzer + ASan + UBSan --------------------------------------------
+# One target per parser or boundary, tests/fuzz/fuzz_<name>.c: gguf (the GGUF
+# reader), config (tandem.yaml), s1 (the System One request checks), tmpl (the
+# template language), http (raw requests through the router, no socket).
+# `make fuzz` runs each of FUZZ_TARGETS for FUZZ_SECONDS on its working corpus
+# build/fuzz/corpus/<name>/, starting from the checked-in corpus
+# tests/fuzz/corpus/<name>/ and the seeds tests/fuzz/make_seeds.py writes;
+# crashes land in build/fuzz/crashes/<name>-*. `make fuzz-merge` minimises all
+# of it (libFuzzer -merge=1) back into tests/fuzz/corpus/<name>/, which
+# `make test` (fuzz-replay) and `make asan` replay without clang: the target
+# linked with the plain main() of tests/fuzz/replay.c.
 FUZZ_SECONDS ?= 60
+FUZZ_NAMES   := gguf config s1 tmpl http
+FUZZ_TARGETS ?= $(FUZZ_NAMES)
 FUZZ_LIB_OBJ = $(filter-out $(BUILD)/fuzz/obj/cli/%,$(SRC:src/%.c=$(BUILD)/fuzz/obj/%.o))
+# Longest input per target: a GGUF header with its first tensors; a request
+# a little over the http target's 8 KiB body limit. The checked-in GGUF corpus
+# is cut to FUZZ_KEEP_LEN_gguf so that it stays small.
+FUZZ_LEN_gguf := 262144
+FUZZ_LEN_http := 16384
+FUZZ_KEEP_LEN_gguf := 65536
+fuzz_len = $(or $(FUZZ_LEN_$(1)),65536)
+fuzz_keep_len = $(or $(FUZZ_KEEP_LEN_$(1)),$(call fuzz_len,$(1)))
 
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
 	clang $(CFLAGS_COMMON) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(LIB_CFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
 
-fuzz: $(BUILD)/fuzz/fuzz_gguf $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_s1 $(BUILD)/fuzz/fuzz_tmpl venv
+# $(call fuzz_run,NAME): one campaign
+define fuzz_run
+	@mkdir -p $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1)
+	$(BUILD)/fuzz/fuzz_$(1) -max_total_time=$(FUZZ_SECONDS) -max_len=$(call fuzz_len,$(1)) -timeout=10 \
+	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/$(1)- \
+	  $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1) $(BUILD)/fuzz/seeds/$(1)
+
+endef
+
+fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%) venv
 	@$(VENV)/bin/python tests/fuzz/make_seeds.py $(BUILD)/fuzz/seeds
-	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/crashes
-	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=262144 -timeout=10 \
-	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/ \
-	  $(BUILD)/fuzz/corpus $(BUILD)/fuzz/seeds
-	@mkdir -p $(BUILD)/fuzz/config-corpus $(BUILD)/fuzz/config-seeds
-	@cp tests/data/config/*.yaml examples/*.yaml $(BUILD)/fuzz/config-seeds/
-	$(BUILD)/fuzz/fuzz_config -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
-	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/ \
-	  $(BUILD)/fuzz/config-corpus $(BUILD)/fuzz/config-seeds
-	@mkdir -p $(BUILD)/fuzz/s1-corpus $(BUILD)/fuzz/s1-seeds
-	@$(PYTHON) -c 'import json, sys; [open("%s/%03d.json" % (sys.argv[2], i), "w", encoding="utf-8").write(json.dumps(json.loads(l)["body"], ensure_ascii=False)) for i, l in enumerate(open(sys.argv[1], encoding="utf-8")) if l.strip()]' tests/data/s1/cases.jsonl $(BUILD)/fuzz/s1-seeds
-	$(BUILD)/fuzz/fuzz_s1 -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
-	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/ \
-	  $(BUILD)/fuzz/s1-corpus $(BUILD)/fuzz/s1-seeds
-	@mkdir -p $(BUILD)/fuzz/tmpl-corpus $(BUILD)/fuzz/tmpl-seeds
-	@$(PYTHON) -c 'import json, sys; [open("%s/%03d.txt" % (sys.argv[2], i), "w", encoding="utf-8").write(json.loads(l)["text"]) for i, l in enumerate(open(sys.argv[1], encoding="utf-8")) if l.strip()]' tests/data/tmpl/compile.jsonl $(BUILD)/fuzz/tmpl-seeds
-	$(BUILD)/fuzz/fuzz_tmpl -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
-	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/ \
-	  $(BUILD)/fuzz/tmpl-corpus $(BUILD)/fuzz/tmpl-seeds
+	@mkdir -p $(BUILD)/fuzz/crashes
+	$(foreach t,$(FUZZ_TARGETS),$(call fuzz_run,$(t)))
+
+# $(call fuzz_merge,NAME): the smallest set of inputs with the coverage of all
+define fuzz_merge
+	@rm -rf $(BUILD)/fuzz/merged/$(1) && mkdir -p $(BUILD)/fuzz/merged/$(1) $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1)
+	$(BUILD)/fuzz/fuzz_$(1) -merge=1 -max_len=$(call fuzz_keep_len,$(1)) -timeout=10 -rss_limit_mb=4096 \
+	  $(BUILD)/fuzz/merged/$(1) tests/fuzz/corpus/$(1) $(BUILD)/fuzz/corpus/$(1) $(BUILD)/fuzz/seeds/$(1)
+	@rm -rf tests/fuzz/corpus/$(1) && mv $(BUILD)/fuzz/merged/$(1) tests/fuzz/corpus/$(1)
+	@echo "fuzz-merge: tests/fuzz/corpus/$(1): $$(ls tests/fuzz/corpus/$(1) | wc -l) files, $$(du -sb tests/fuzz/corpus/$(1) | cut -f1) bytes"
+
+endef
+
+fuzz-merge: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%) venv
+	@$(VENV)/bin/python tests/fuzz/make_seeds.py $(BUILD)/fuzz/seeds
+	$(foreach t,$(FUZZ_TARGETS),$(call fuzz_merge,$(t)))
+
+# The checked-in corpora replayed through each target built with $(CC) against
+# a flavour's objects: $(call fuzz_replay,DIR,EXTRA-CFLAGS)
+define fuzz_replay
+$(1)/tests/fuzz/replay_%: $(1)/tests/fuzz/replay.o $(1)/tests/fuzz/fuzz_%.o $(filter-out $(1)/obj/cli/%,$(SRC:src/%.c=$(1)/obj/%.o))
+	$$(CC) $(2) -o $$@ $$^ $$(LDLIBS)
+endef
+$(eval $(call fuzz_replay,$(BUILD),))
+$(eval $(call fuzz_replay,$(BUILD)/asan,$(ASAN_FLAGS)))
+
+fuzz-replay: $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/replay_%)
+	@for t in $(FUZZ_NAMES); do $(BUILD)/tests/fuzz/replay_$$t tests/fuzz/corpus/$$t || exit 1; done
 
 # --- dependencies: packages, engine, models, Python -------------------------
 deps:
@@ -150,14 +204,18 @@ test: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/tests/unit
 	@$(MAKE) --no-print-directory fixtures
 	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory fuzz-replay
 	@$(MAKE) --no-print-directory e2e
 
-# The unit tests, then the whole end-to-end suite driving an instrumented
-# build/asan/tandem (the engine is not instrumented); a sanitizer report fails
-# the test whose tandem printed it (tests/e2e/conftest.py).
+# The unit tests, the fuzz corpora (tests/fuzz/replay.c), then the whole
+# end-to-end suite driving an instrumented build/asan/tandem (the engine is not
+# instrumented); a sanitizer report fails the test whose tandem printed it
+# (tests/e2e/conftest.py).
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
-asan: $(BUILD)/asan/tests/unit $(BUILD)/asan/tandem $(BUILD)/tests/prom_dump venv
+asan: $(BUILD)/asan/tests/unit $(BUILD)/asan/tandem $(BUILD)/tests/prom_dump \
+      $(FUZZ_NAMES:%=$(BUILD)/asan/tests/fuzz/replay_%) venv
 	$(ASAN_ENV) $(BUILD)/asan/tests/unit
+	@for t in $(FUZZ_NAMES); do $(ASAN_ENV) $(BUILD)/asan/tests/fuzz/replay_$$t tests/fuzz/corpus/$$t || exit 1; done
 	$(ASAN_ENV) TANDEM_BIN=$(abspath $(BUILD)/asan/tandem) $(PYTEST) tests/e2e
 
 # The embedded default: examples/demo.yaml's decide-then-verify pipeline on

@@ -1,6 +1,8 @@
 /* Unit tests for audit: lines round-trip as JSON in key order, rotation keeps
  * exactly `keep` files holding the newest records, keep = 0 truncates, size
- * limits and I/O errors, allocation failures, and crash safety: children
+ * limits and I/O errors, a full disk (RLIMIT_FSIZE stands for it): no torn
+ * line, the waiting lines' order, bound, counters and recovery, allocation
+ * failures, and crash safety: children
  * writing in a tight loop are SIGKILLed at random moments and every complete
  * line they left must be a whole record, in order. */
 #include <criterion/criterion.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -94,6 +97,25 @@ static int read_seqs(const char *path, int *seqs, int max) {
     }
     mem_free(text);
     return n;
+}
+
+/* Sets RLIMIT_FSIZE (up to its hard limit; RLIM_INFINITY lifts it): it
+ * stands for a full disk, as writes past it fail with EFBIG, part way
+ * through a line. Criterion runs each test in its own process. */
+static void limit_file_size(rlim_t bytes) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit r;
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &r), 0);
+    r.rlim_cur = bytes < r.rlim_max ? bytes : r.rlim_max;
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &r), 0);
+}
+
+/* Expects path to hold exactly the records 0 .. n-1, in order, whole lines. */
+static void expect_seqs_upto(const char *path, int n) {
+    int seqs[64];
+    cr_assert_eq(read_seqs(path, seqs, 64), n);
+    for (int i = 0; i < n; i++)
+        cr_expect_eq(seqs[i], i);
 }
 
 TestSuite(audit, .init = make_dir, .fini = remove_dir);
@@ -286,15 +308,104 @@ Test(audit, a_failed_rotation_keeps_the_log_and_is_retried) {
     cr_assert_not_null(f);
     fclose(f);
     cr_expect_eq(write_seq(a, 1), TANDEM_ERR_IO);
+    struct audit_stats st;
+    audit_stats(a, &st); /* a failed rotation is a failed write: the line waits */
+    cr_expect_eq(st.errors, 1);
+    cr_expect_eq(st.pending_lines, 1);
+    cr_expect(strstr(st.last_error, "Not a directory"), "%s", st.last_error);
     cr_assert_eq(remove(sub), 0);
     cr_assert_eq(rename(in_dir("moved"), sub), 0);
-    cr_expect_eq(write_seq(a, 2), TANDEM_OK);
+    cr_expect_eq(write_seq(a, 2), TANDEM_OK); /* the waiting line 1 goes first */
     audit_free(a);
     int seqs[4];
     cr_expect_eq(read_seqs(path, seqs, 4), 1);
     cr_expect_eq(seqs[0], 2);
     cr_expect_eq(read_seqs(in_dir("logs/audit.jsonl.1"), seqs, 4), 1);
-    cr_expect_eq(seqs[0], 0);
+    cr_expect_eq(seqs[0], 1);
+}
+
+Test(audit, a_full_disk_tears_no_line_and_loses_none_once_space_returns) {
+    const char *path = in_dir("full.jsonl");
+    struct audit *a = NULL;
+    cr_assert_eq(audit_open(path, 0, 0, &a, NULL, 0), TANDEM_OK);
+    limit_file_size(300);
+    int failed = 0;
+    for (int i = 0; i < 10; i++)
+        failed += write_seq(a, i) == TANDEM_ERR_IO;
+    struct audit_stats st;
+    audit_stats(a, &st);
+    cr_expect_gt(failed, 5);
+    cr_expect_eq(st.pending_lines, (size_t)failed);
+    cr_expect_eq(st.errors, (uint64_t)failed); /* the first failed write, then each retry */
+    cr_expect(strstr(st.last_error, "File too large") && strstr(st.last_error, path),
+              "%s", st.last_error);
+    int seqs[16];
+    int n = read_seqs(path, seqs, 16); /* whole lines only, even mid-failure */
+    cr_expect_eq(n, 10 - failed);
+    cr_expect_eq(audit_flush(a), TANDEM_ERR_IO);
+    limit_file_size(RLIM_INFINITY);
+    cr_expect_eq(write_seq(a, 10), TANDEM_OK); /* the waiting lines first, in order */
+    audit_stats(a, &st);
+    cr_expect_eq(st.pending_lines, 0);
+    cr_expect_eq(st.errors, (uint64_t)failed + 1);
+    cr_expect_eq(st.dropped, 0);
+    expect_seqs_upto(path, 11);
+    audit_free(a);
+}
+
+/* A disk with a little room again takes the oldest waiting lines that fit,
+ * a line at a time; each failed attempt counts once. */
+Test(audit, a_little_room_takes_the_oldest_waiting_lines_first) {
+    const char *path = in_dir("some.jsonl");
+    struct audit *a = NULL;
+    cr_assert_eq(audit_open(path, 0, 0, &a, NULL, 0), TANDEM_OK);
+    limit_file_size(0);
+    for (int i = 0; i < 8; i++)
+        cr_expect_eq(write_seq(a, i), TANDEM_ERR_IO);
+    struct audit_stats st;
+    audit_stats(a, &st);
+    cr_expect_eq(st.errors, 8); /* the first write, then each later one's flush */
+    cr_expect_eq(st.pending_lines, 8);
+    size_t line = st.pending_bytes / 8; /* the records are the same length */
+    limit_file_size(3 * line + line / 2); /* room for three and a half lines */
+    cr_expect_eq(audit_flush(a), TANDEM_ERR_IO);
+    audit_stats(a, &st);
+    cr_expect_eq(st.errors, 9);
+    cr_expect_eq(st.pending_lines, 5);
+    cr_expect_eq(st.pending_bytes, 5 * line);
+    expect_seqs_upto(path, 3); /* no half of the fourth */
+    limit_file_size(RLIM_INFINITY);
+    cr_expect_eq(write_seq(a, 8), TANDEM_OK);
+    audit_stats(a, &st);
+    cr_expect_eq(st.pending_lines + st.pending_bytes, 0);
+    cr_expect_eq(st.errors, 9);
+    expect_seqs_upto(path, 9);
+    audit_free(a);
+}
+
+Test(audit, a_full_queue_drops_and_counts_lines) {
+    const char *path = in_dir("drop.jsonl");
+    struct audit *a = NULL;
+    cr_assert_eq(audit_open(path, 0, 0, &a, NULL, 0), TANDEM_OK);
+    limit_file_size(0);
+    struct audit_stats st = {0};
+    for (int i = 0; i < 200000 && !st.dropped; i++) {
+        write_seq(a, i);
+        audit_stats(a, &st);
+    }
+    cr_expect_eq(st.dropped, 1);
+    cr_expect_leq(st.pending_bytes, (size_t)4 << 20);
+    cr_expect_gt(st.pending_bytes, ((size_t)4 << 20) - 200); /* full: the next line missed */
+    cr_expect_gt(st.pending_lines, 10000);
+    limit_file_size(RLIM_INFINITY);
+    cr_expect_eq(audit_flush(a), TANDEM_OK); /* every queued line, nothing else */
+    struct stat fs;
+    cr_assert_eq(stat(path, &fs), 0);
+    cr_expect_eq((size_t)fs.st_size, st.pending_bytes);
+    audit_stats(a, &st);
+    cr_expect_eq(st.pending_lines + st.pending_bytes, 0);
+    cr_expect_eq(st.dropped, 1);
+    audit_free(a);
 }
 
 Test(audit, allocation_failures_are_reported_without_leaks) {

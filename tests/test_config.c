@@ -83,6 +83,7 @@ Test(config, defaults_are_filled) {
     cr_expect_eq(c->clients, 1);
     cr_expect_not_null(c->audit_path);
     cr_expect(strstr(c->audit_path, "audit.jsonl"));
+    cr_expect(!c->audit_fail); /* logs.audit_on_error: continue */
     const struct config_model *m = &c->models[0];
     cr_expect_str_eq(m->name, "kev");
     cr_expect_eq(m->path[0], '/');
@@ -94,6 +95,7 @@ Test(config, defaults_are_filled) {
     cr_expect_null(m->upstream);
     cr_expect_eq(c->drain_delay_ms, 5000);
     cr_expect_eq(c->health_interval_ms, 1000);
+    cr_expect_eq(c->max_restarts, 5);
     cr_expect(c->node_id[0] && !strchr(c->node_id, ' '));
     cr_expect(!c->metrics_vllm && !c->metrics_require_key);
     config_free(c);
@@ -103,7 +105,8 @@ Test(config, remote_models_and_gateway_keys) {
     setenv("TANDEM_TEST_UPSTREAM_KEY", "k3y", 1);
     struct config *c = load_text("node: {id: node-7}\n"
                                  "metrics: {compat: vllm, require_key: true}\n"
-                                 "limits: {drain_delay: 2s, health_interval: 250ms}\n"
+                                 "limits: {drain_delay: 2s, health_interval: 250ms, "
+                                 "max_restarts: 12}\n"
                                  "models:\n"
                                  "  kev: {path: model.gguf}\n"
                                  "  far:\n"
@@ -118,6 +121,7 @@ Test(config, remote_models_and_gateway_keys) {
     cr_expect(c->metrics_vllm && c->metrics_require_key);
     cr_expect_eq(c->drain_delay_ms, 2000);
     cr_expect_eq(c->health_interval_ms, 250);
+    cr_expect_eq(c->max_restarts, 12);
     const struct config_model *far = config_find_model(c, "big");
     cr_assert_not_null(far);
     cr_expect_null(far->path);
@@ -162,7 +166,7 @@ Test(config, values_expansions_and_aliases) {
         "budget: {vram: 6GiB, reserve: 256MiB}\n"
         "defaults: {model: fast}\n"
         "limits: {max_body: 2MiB, request_timeout: 1.5s}\n"
-        "logs: {audit: off, bodies: true}\n"
+        "logs: {audit: off, bodies: true, audit_on_error: fail}\n"
         "models:\n"
         "  kev:\n"
         "    path: ${TANDEM_TEST_DIR}/model.gguf\n"
@@ -184,6 +188,7 @@ Test(config, values_expansions_and_aliases) {
     cr_expect_eq(c->request_timeout_ms, 1500);
     cr_expect_null(c->audit_path);
     cr_expect(c->log_bodies);
+    cr_expect(c->audit_fail);
     const struct config_model *m = config_find_model(c, "kev-4b");
     cr_assert_not_null(m);
     cr_expect_eq(m, config_find_model(c, "fast"));
@@ -199,6 +204,13 @@ Test(config, values_expansions_and_aliases) {
     cr_expect_eq(m->n_extra_args, 2);
     cr_expect_eq(m->settings.threads, 2);
     cr_expect_str_eq(c->default_model, "fast");
+    config_free(c);
+}
+
+Test(config, audit_path_longer_than_off) {
+    struct config *c = load_text("logs: {audit: /var/log/tandem/soak/audit.jsonl}\n"
+                                 "models:\n  kev: {path: model.gguf}\n");
+    cr_expect_str_eq(c->audit_path, "/var/log/tandem/soak/audit.jsonl");
     config_free(c);
 }
 

@@ -89,6 +89,7 @@ struct serve {
     struct http_client *engines;
     struct remote *remote;           /* remote models' upstreams (NULL without any) */
     struct event *sig_term, *sig_int, *sig_hup, *ready_ev, *grace_ev, *delay_ev;
+    struct event *audit_ev; /* every second: retry the audit lines waiting for the disk */
     bool draining;
 };
 
@@ -527,7 +528,7 @@ static void on_hup(evutil_socket_t sig, short what, void *arg) {
         config_free(next);
     } else {
         fprintf(stderr, "tandem serve: SIGHUP: reloaded %s (API keys, limits, default model, "
-                        "logs.bodies, pipelines)\n", sv->config_path);
+                        "logs.bodies, logs.audit_on_error, pipelines)\n", sv->config_path);
     }
     notify("READY=1");
 }
@@ -556,6 +557,11 @@ static void on_ready_poll(evutil_socket_t fd, short what, void *arg) {
     fprintf(stderr, "tandem serve: serving on %s\n", url);
 }
 
+static void on_audit_retry(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    api_audit_retry(((struct serve *)arg)->api);
+}
+
 static int open_outputs(struct serve *sv) {
     char err[1024];
     const char *log_dir = sv->cfg->log_dir;
@@ -576,7 +582,8 @@ static int open_outputs(struct serve *sv) {
                               .queue_depth = sv->cfg->queue_depth,
                               .group_limit = sv->cfg->group_limit,
                               .max_wait_ms = sv->cfg->starvation_ms,
-                              .stop_grace_ms = sv->cfg->stop_grace_ms, .metrics = sv->metrics};
+                              .stop_grace_ms = sv->cfg->stop_grace_ms,
+                              .max_restarts = sv->cfg->max_restarts, .metrics = sv->metrics};
     memcpy(sp.gpu_budget, sv->place_budget.gpu_bytes, sizeof sp.gpu_budget);
     sv->sched = sched_new(sv->base, &sp);
     return sv->sched ? 0 : 1;
@@ -638,17 +645,30 @@ static int run(struct serve *sv, const struct sched_model_spec *specs) {
     sv->ready_ev = evtimer_new(sv->base, on_ready_poll, sv);
     sv->grace_ev = evtimer_new(sv->base, on_grace, sv);
     sv->delay_ev = evtimer_new(sv->base, on_drain_delay, sv);
+    sv->audit_ev = event_new(sv->base, -1, EV_PERSIST, on_audit_retry, sv);
     if (!sv->sig_term || !sv->sig_int || !sv->sig_hup || !sv->ready_ev || !sv->grace_ev ||
-        !sv->delay_ev)
+        !sv->delay_ev || !sv->audit_ev)
         return 1;
+    event_add(sv->audit_ev, &(struct timeval){1, 0});
     event_add(sv->sig_term, NULL);
     event_add(sv->sig_int, NULL);
     event_add(sv->sig_hup, NULL);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN); /* past RLIMIT_FSIZE an audit write fails with EFBIG instead */
     sched_preload(sv->sched);
     on_ready_poll(-1, 0, sv);
     event_base_dispatch(sv->base);
     return 0;
+}
+
+/* At exit, the audit lines that still cannot be written are lost: say so. */
+static void report_lost_audit_lines(struct audit *audit) {
+    if (!audit || audit_flush(audit) == TANDEM_OK)
+        return;
+    struct audit_stats st;
+    audit_stats(audit, &st);
+    fprintf(stderr, "tandem serve: %zu audit line(s) lost at exit: %s\n", st.pending_lines,
+            st.last_error);
 }
 
 static void serve_free(struct serve *sv) {
@@ -658,10 +678,11 @@ static void serve_free(struct serve *sv) {
     remote_free(sv->remote);
     sched_free(sv->sched);
     struct event *evs[] = {sv->sig_term, sv->sig_int, sv->sig_hup, sv->ready_ev, sv->grace_ev,
-                           sv->delay_ev};
+                           sv->delay_ev, sv->audit_ev};
     for (size_t i = 0; i < sizeof evs / sizeof *evs; i++)
         if (evs[i])
             event_free(evs[i]);
+    report_lost_audit_lines(sv->audit);
     audit_free(sv->audit);
     prom_free(sv->metrics);
     nvml_free(sv->nvml);

@@ -7,6 +7,7 @@
  *   POST /v1/pipelines/{name}, GET /v1/pipelines   decide-then-verify pipelines
  *   GET  /health, /livez, /v1/status, /metrics
  *   POST /admin/models/{name}/load, /admin/models/{name}/unload
+ *   GET  /openapi.yaml                    this API's contract (docs/openapi.yaml, built in)
  *
  * Every error body has one shape (s1_error_body). The api owns no models: it
  * routes to the scheduler's indices (local models) or the remote set's
@@ -80,8 +81,24 @@ enum api_phase {
 /* Moves the api to phase. */
 void api_set_phase(struct api *a, enum api_phase phase);
 
+/* One route: its path, where "{name}" stands for a model's or pipeline's
+ * name, and the methods it takes, space-separated ("POST", "GET HEAD"). */
+struct api_route {
+    const char *path;
+    const char *methods;
+};
+
+/* Copies up to cap of the routes the api answers into out (static strings)
+ * and returns how many there are. docs/openapi.yaml documents the same set. */
+size_t api_routes(struct api_route *out, size_t cap);
+
 /* The http handler: pass with the api as user. */
 void api_handle(struct http_req *r, void *api);
+
+/* Retries the audit log's waiting lines, if any, and publishes its health
+ * (metrics, the stderr lines): the daemon calls it every second, so lines
+ * land soon after the disk recovers even when no request comes. */
+void api_audit_retry(struct api *a);
 
 /* Calls answered or still in flight. */
 uint32_t api_calls_in_flight(const struct api *a);

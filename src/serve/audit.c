@@ -6,9 +6,17 @@
  * nearly full disk). A crash therefore loses at most the line being written:
  * SIGKILL in the middle of a large write can leave a prefix of it on disk, a
  * torn tail without "\n". audit_open finishes such a tail with "\n" before
- * anything else is appended, and a write that fails after a partial write
- * closes the file so the next record reopens it the same way; either way the
- * damage stays one invalid line and later records are whole lines of their own.
+ * anything else is appended. A write that fails after a partial write (a
+ * full disk, RLIMIT_FSIZE) truncates the file back to where the line began;
+ * only if that fails too is the file closed, so that the next record reopens
+ * it the same way. Either way later records are whole lines of their own.
+ *
+ * Nothing is lost while memory allows: a line that cannot be written waits
+ * in a pending queue (at most AUDIT_PENDING_MAX bytes; a line past that is
+ * dropped and counted), and every later audit_write or audit_flush writes
+ * the queue first, in order and a line at a time (so a disk with a little
+ * room takes what fits), so lines land in the order of their requests once
+ * the disk takes them again. Every failed write attempt is counted.
  *
  * Serialisation uses json_dump_callback into a mem_buf capped at the record
  * limit, rather than json_dumps: the buffer comes from mem.c (so OOM is
@@ -39,6 +47,7 @@
 #include "base/mem.h"
 
 #define AUDIT_MAX_RECORD ((size_t)1 << 20) /* bytes of JSON, the "\n" not counted */
+#define AUDIT_PENDING_MAX ((size_t)4 << 20) /* lines waiting for the disk, in bytes */
 
 struct audit {
     char *path;
@@ -48,6 +57,10 @@ struct audit {
     uint64_t size;      /* bytes in the current file */
     uint64_t max_bytes; /* 0 = never rotate */
     uint32_t keep;
+    struct mem_buf pending; /* whole lines not yet written, oldest first */
+    size_t pending_lines;
+    uint64_t errors, dropped;
+    char last_error[256];
 };
 
 /* Creates every missing directory above the file path (mode 0700). */
@@ -114,6 +127,7 @@ tandem_err audit_open(const char *path, uint64_t max_bytes, uint32_t keep, struc
     size_t n = strlen(path);
     if (a) {
         a->fd = -1;
+        mem_buf_init(&a->pending, AUDIT_PENDING_MAX);
         a->max_bytes = max_bytes;
         a->keep = keep;
         a->rot_len = n + sizeof ".4294967295";
@@ -138,8 +152,10 @@ tandem_err audit_open(const char *path, uint64_t max_bytes, uint32_t keep, struc
 void audit_free(struct audit *a) {
     if (!a)
         return;
+    audit_flush(a);
     if (a->fd >= 0)
         close(a->fd);
+    mem_buf_deinit(&a->pending);
     mem_free(a->to);
     mem_free(a->from);
     mem_free(a->path);
@@ -197,6 +213,74 @@ static tandem_err write_all(int fd, const char *p, size_t n, size_t *done) {
     return TANDEM_OK;
 }
 
+/* Writes one whole line (rotating first when needed); a failure leaves the
+ * file as it was before (or, when even that fails, closed so the next open
+ * ends the torn line). */
+static tandem_err write_line(struct audit *a, const char *p, size_t n) {
+    if (a->fd < 0 && open_log(a) != 0)
+        return TANDEM_ERR_IO;
+    if (a->max_bytes && a->size > 0 && a->size + n > a->max_bytes && rotate(a) != TANDEM_OK)
+        return TANDEM_ERR_IO;
+    size_t done;
+    tandem_err e = write_all(a->fd, p, n, &done);
+    if (e == TANDEM_OK) {
+        a->size += done;
+    } else if (done) {
+        int saved = errno;
+        if (ftruncate(a->fd, (off_t)a->size) != 0) { /* a torn line is on disk: reopen */
+            a->size += done;
+            close(a->fd);
+            a->fd = -1;
+        }
+        errno = saved;
+    }
+    return e;
+}
+
+static void note_error(struct audit *a) {
+    a->errors++;
+    tandem_errmsg(a->last_error, sizeof a->last_error, "%s: %s", a->path,
+                  errno ? strerror(errno) : "write failed");
+}
+
+/* One line at a time, so that a disk with a little room takes what fits and
+ * each line is rotated like any other; the written ones leave the queue in
+ * one move at the end. */
+tandem_err audit_flush(struct audit *a) {
+    if (!a || !a->pending.len)
+        return TANDEM_OK;
+    tandem_err e = TANDEM_OK;
+    size_t done = 0;
+    while (done < a->pending.len) {
+        const char *line = a->pending.data + done;
+        const char *nl = memchr(line, '\n', a->pending.len - done); /* every queued line has one */
+        size_t n = (size_t)(nl - line) + 1;
+        errno = 0;
+        if ((e = write_line(a, line, n)) != TANDEM_OK) {
+            note_error(a);
+            break;
+        }
+        done += n;
+        a->pending_lines--;
+    }
+    if (done == a->pending.len) { /* recovered: give the queue's memory back */
+        mem_buf_deinit(&a->pending);
+        mem_buf_init(&a->pending, AUDIT_PENDING_MAX);
+    } else {
+        memmove(a->pending.data, a->pending.data + done, a->pending.len - done + 1); /* + NUL */
+        a->pending.len -= done;
+    }
+    return e;
+}
+
+/* Queues line[n] behind the pending ones; past the bound it is dropped. */
+static void queue_line(struct audit *a, const char *line, size_t n) {
+    if (mem_buf_append(&a->pending, line, n) == TANDEM_OK)
+        a->pending_lines++;
+    else
+        a->dropped++;
+}
+
 tandem_err audit_write(struct audit *a, const json_t *record) {
     if (!a || !json_is_object(record))
         return TANDEM_ERR_INVAL;
@@ -209,20 +293,25 @@ tandem_err audit_write(struct audit *a, const json_t *record) {
         k.b.max = AUDIT_MAX_RECORD + 1; /* the cap is on the JSON; the newline always fits */
         e = mem_buf_append(&k.b, "\n", 1);
     }
-    if (e == TANDEM_OK && a->fd < 0 && open_log(a) != 0)
-        e = TANDEM_ERR_IO;
-    if (e == TANDEM_OK && a->max_bytes && a->size > 0 && a->size + k.b.len > a->max_bytes)
-        e = rotate(a);
     if (e == TANDEM_OK) {
-        size_t done;
-        e = write_all(a->fd, k.b.data, k.b.len, &done);
-        a->size += done;
-        if (e && done) {
-            /* a torn line is on disk: reopen before the next record, which ends it */
-            close(a->fd);
-            a->fd = -1;
+        errno = 0;
+        if (audit_flush(a) != TANDEM_OK) { /* still failing: wait behind the others */
+            queue_line(a, k.b.data, k.b.len);
+            e = TANDEM_ERR_IO;
+        } else if (write_line(a, k.b.data, k.b.len) != TANDEM_OK) {
+            note_error(a);
+            queue_line(a, k.b.data, k.b.len);
+            e = TANDEM_ERR_IO;
         }
     }
     mem_buf_deinit(&k.b);
     return e;
+}
+
+void audit_stats(const struct audit *a, struct audit_stats *out) {
+    *out = (struct audit_stats){.pending_lines = a->pending_lines,
+                                .pending_bytes = a->pending.len,
+                                .errors = a->errors,
+                                .dropped = a->dropped};
+    snprintf(out->last_error, sizeof out->last_error, "%s", a->last_error);
 }

@@ -115,6 +115,18 @@ static bool get_bool(struct walk *w, struct fy_node *n, const char *path, bool *
     return fail(w, TANDEM_ERR_FORMAT, n, path, "expected true or false, got \"%s\"", v);
 }
 
+/* One of two words: *out is whether it is yes (the other is no). */
+static bool get_either(struct walk *w, struct fy_node *n, const char *path, const char *yes,
+                       const char *no, bool *out) {
+    char v[32];
+    if (!scalar(w, n, path, v, sizeof v))
+        return false;
+    if (strcmp(v, yes) && strcmp(v, no))
+        return fail(w, TANDEM_ERR_FORMAT, n, path, "expected %s or %s, got \"%s\"", yes, no, v);
+    *out = !strcmp(v, yes);
+    return true;
+}
+
 static bool get_size(struct walk *w, struct fy_node *n, const char *path, uint64_t *out) {
     char v[64];
     if (!scalar(w, n, path, v, sizeof v))
@@ -374,8 +386,9 @@ static bool k_log_dir(struct walk *w, struct fy_node *v, const char *p, void *t)
     return get_path(w, v, p, &CFG(t)->log_dir);
 }
 static bool k_audit(struct walk *w, struct fy_node *v, const char *p, void *t) {
-    char s[16];
-    if (fy_node_is_scalar(v) && scalar(w, v, p, s, sizeof s) && !strcmp(s, "off")) {
+    size_t len = 0;
+    const char *s = fy_node_is_scalar(v) ? fy_node_get_scalar(v, &len) : NULL;
+    if (s && len == 3 && !memcmp(s, "off", 3)) { /* a path may be longer than "off" */
         mem_free(CFG(t)->audit_path);
         CFG(t)->audit_path = mem_strdup("off");
         return CFG(t)->audit_path != NULL;
@@ -388,12 +401,22 @@ static bool k_bodies(struct walk *w, struct fy_node *v, const char *p, void *t) 
 static bool k_audit_max(struct walk *w, struct fy_node *v, const char *p, void *t) {
     return get_size(w, v, p, &CFG(t)->audit_max_bytes);
 }
+static bool k_audit_on_error(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    return get_either(w, v, p, "fail", "continue", &CFG(t)->audit_fail);
+}
 static bool k_audit_keep(struct walk *w, struct fy_node *v, const char *p, void *t) {
     return get_u32(w, v, p, 0, &CFG(t)->audit_keep);
 }
 
 static bool k_drain_delay(struct walk *w, struct fy_node *v, const char *p, void *t) {
     return get_duration(w, v, p, false, &CFG(t)->drain_delay_ms);
+}
+static bool k_max_restarts(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    uint64_t n;
+    if (!get_u64(w, v, p, 1000, 1, &n))
+        return false;
+    CFG(t)->max_restarts = (uint32_t)n;
+    return true;
 }
 static bool k_health_interval(struct walk *w, struct fy_node *v, const char *p, void *t) {
     if (!get_duration(w, v, p, false, &CFG(t)->health_interval_ms))
@@ -416,13 +439,7 @@ static bool k_node_id(struct walk *w, struct fy_node *v, const char *p, void *t)
     return true;
 }
 static bool k_metrics_compat(struct walk *w, struct fy_node *v, const char *p, void *t) {
-    char s[32];
-    if (!scalar(w, v, p, s, sizeof s))
-        return false;
-    if (strcmp(s, "vllm") && strcmp(s, "none"))
-        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected vllm or none, got \"%s\"", s);
-    CFG(t)->metrics_vllm = !strcmp(s, "vllm");
-    return true;
+    return get_either(w, v, p, "vllm", "none", &CFG(t)->metrics_vllm);
 }
 static bool k_metrics_require_key(struct walk *w, struct fy_node *v, const char *p, void *t) {
     return get_bool(w, v, p, &CFG(t)->metrics_require_key);
@@ -709,7 +726,7 @@ static bool k_limits(struct walk *w, struct fy_node *v, const char *p, void *t) 
         {"request_timeout", k_request_timeout}, {"header_timeout", k_header_timeout},
         {"idle_timeout", k_idle_timeout},   {"max_connections", k_max_connections},
         {"drain_delay", k_drain_delay},     {"health_interval", k_health_interval},
-        {NULL, NULL}};
+        {"max_restarts", k_max_restarts},   {NULL, NULL}};
     return walk_section(w, v, p, keys, t);
 }
 static bool k_scheduling(struct walk *w, struct fy_node *v, const char *p, void *t) {
@@ -735,7 +752,8 @@ static bool k_metrics(struct walk *w, struct fy_node *v, const char *p, void *t)
 static bool k_logs(struct walk *w, struct fy_node *v, const char *p, void *t) {
     static const struct key keys[] = {
         {"dir", k_log_dir},           {"audit", k_audit},           {"bodies", k_bodies},
-        {"audit_max", k_audit_max},   {"audit_keep", k_audit_keep}, {NULL, NULL}};
+        {"audit_max", k_audit_max},   {"audit_keep", k_audit_keep},
+        {"audit_on_error", k_audit_on_error}, {NULL, NULL}};
     return walk_section(w, v, p, keys, t);
 }
 
@@ -1276,6 +1294,7 @@ static tandem_err set_defaults(struct config *c) {
     c->max_connections = 256;
     c->drain_delay_ms = 5000;
     c->health_interval_ms = 1000;
+    c->max_restarts = 5;
     if (gethostname(c->node_id, sizeof c->node_id) != 0 || !c->node_id[0])
         snprintf(c->node_id, sizeof c->node_id, "tandem");
     c->node_id[sizeof c->node_id - 1] = '\0';

@@ -161,6 +161,8 @@ struct config {
                                     * gateways take the node out first; default 5000 */
     int64_t health_interval_ms;    /* limits.health_interval: remote upstreams' health
                                     * polls; default 1000 */
+    uint32_t max_restarts;         /* limits.max_restarts: crashes of one model within 60 s
+                                    * that mark it failed (503, back-off); default 5 */
     uint32_t group_limit;          /* scheduling.group_limit: requests one resident model
                                     * may serve while another model waits; default 16 */
     int64_t starvation_ms;         /* scheduling.max_wait: how long a resident model may
@@ -181,6 +183,9 @@ struct config {
     bool log_bodies;               /* logs.bodies: default false */
     uint64_t audit_max_bytes;      /* logs.audit_max: rotate past this; default 64 MiB */
     uint32_t audit_keep;           /* logs.audit_keep: rotated files kept; default 5 */
+    bool audit_fail;               /* logs.audit_on_error: fail (true) refuses requests
+                                    * while audit lines wait for the disk; continue
+                                    * (false, the default) serves on */
     char *llama_server;            /* engine.path: default NULL (the usual lookup) */
     char node_id[128];             /* node.id: x-tandem-node on every answer; default
                                     * the hostname */

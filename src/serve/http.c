@@ -7,7 +7,10 @@
  * connection once a request is in, so a client that hangs up while waiting
  * is detected by a read watcher of our own on the socket (a zero-byte peek
  * means the peer closed); the connection is then freed, which frees the
- * pending evhttp request too.
+ * pending evhttp request too. A detached request (http_req_new_detached)
+ * keeps its request line, headers and answer itself instead of in an evhttp
+ * request; every accessor and answer function checks for it first, and the
+ * rest (body limit, path decoding, freeing) is the same code.
  *
  * Client: one evhttp_connection per exchange in flight, reused from a per-
  * port idle list afterwards. A connection that failed or was cancelled is
@@ -17,6 +20,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 
 #include <event2/bufferevent.h>
@@ -47,10 +51,23 @@ struct http_server {
     uint16_t port;
 };
 
+/* What a detached request (http_req_new_detached) holds in place of
+ * libevent's request: its request line and headers, and its answer so far. */
+struct http_detached {
+    enum evhttp_cmd_type method;
+    char *uri;
+    struct evkeyvalq in, out;
+    int status;              /* a streamed answer's */
+    struct evbuffer *stream; /* a streamed answer's body so far */
+    http_reply_fn reply;
+    void *user;
+};
+
 struct http_req {
-    struct http_server *server;
+    struct http_server *server; /* NULL for a detached request */
     struct http_conn *conn;
     struct evhttp_request *req; /* NULL once libevent freed it with its connection */
+    struct http_detached *detached; /* set instead of server, conn and req */
     struct event *watch;        /* hang-up detector while the answer is pending */
     char *path;
     char *body;
@@ -142,10 +159,10 @@ static void watch_hangup(struct http_req *r) {
 
 /* --- requests ------------------------------------------------------------------------- */
 
-static void copy_body(struct http_req *r) {
-    struct evbuffer *in = evhttp_request_get_input_buffer(r->req);
+/* Copies the body from in, or notes that it is over max bytes. */
+static void copy_body(struct http_req *r, struct evbuffer *in, uint64_t max) {
     size_t n = evbuffer_get_length(in);
-    r->too_big = n > r->server->limits.max_body_bytes;
+    r->too_big = n > max;
     r->body = mem_alloc(r->too_big ? 1 : n + 1);
     if (!r->body)
         return;
@@ -156,14 +173,18 @@ static void copy_body(struct http_req *r) {
     r->body[r->body_len] = '\0';
 }
 
+/* The decoded path of a parsed request-target ("/" when it has none); NULL on OOM. */
+static char *decoded_path(const struct evhttp_uri *u) {
+    const char *raw = u ? evhttp_uri_get_path(u) : NULL;
+    return evhttp_uridecode(raw && *raw ? raw : "/", 0, NULL);
+}
+
 static void on_request(struct evhttp_request *req, void *arg) {
     struct http_server *s = arg;
     struct http_req *r = mem_calloc(1, sizeof *r);
     struct http_conn *c = r ? conn_for(s, evhttp_request_get_connection(req)) : NULL;
-    const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
-    const char *raw = u ? evhttp_uri_get_path(u) : NULL;
     if (r)
-        r->path = evhttp_uridecode(raw && *raw ? raw : "/", 0, NULL);
+        r->path = decoded_path(evhttp_request_get_evhttp_uri(req));
     if (!r || !c || !r->path) {
         if (r)
             free(r->path);
@@ -177,9 +198,20 @@ static void on_request(struct evhttp_request *req, void *arg) {
     c->pending = r;
     s->n_pending++;
     r->over_limit = s->n_conns > s->limits.max_connections;
-    copy_body(r);
+    copy_body(r, evhttp_request_get_input_buffer(req), s->limits.max_body_bytes);
     watch_hangup(r);
     s->fn(r, s->user);
+}
+
+static void detached_free(struct http_detached *d) {
+    if (!d)
+        return;
+    evhttp_clear_headers(&d->in);
+    evhttp_clear_headers(&d->out);
+    if (d->stream)
+        evbuffer_free(d->stream);
+    mem_free(d->uri);
+    mem_free(d);
 }
 
 /* Detaches r from libevent and frees it. */
@@ -192,13 +224,31 @@ static void req_finish(struct http_req *r) {
         struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
         evhttp_connection_set_timeout_tv(r->conn->evcon, &tv);
     }
-    r->server->n_pending--;
+    if (r->server)
+        r->server->n_pending--;
+    detached_free(r->detached);
     free(r->path);
     mem_free(r->body);
     mem_free(r);
 }
 
+/* The request's headers; NULL once libevent freed the request. */
+static const struct evkeyvalq *in_headers(const struct http_req *r) {
+    if (r->detached)
+        return &r->detached->in;
+    return r->req ? evhttp_request_get_input_headers(r->req) : NULL;
+}
+
+/* The answer's headers; NULL once libevent freed the request. */
+static struct evkeyvalq *out_headers(struct http_req *r) {
+    if (r->detached)
+        return &r->detached->out;
+    return r->req ? evhttp_request_get_output_headers(r->req) : NULL;
+}
+
 enum evhttp_cmd_type http_req_method(const struct http_req *r) {
+    if (r->detached)
+        return r->detached->method;
     return r->req ? evhttp_request_get_command(r->req) : EVHTTP_REQ_GET;
 }
 
@@ -211,6 +261,8 @@ const char *http_req_method_name(const struct http_req *r) {
     case EVHTTP_REQ_DELETE: return "DELETE";
     case EVHTTP_REQ_OPTIONS: return "OPTIONS";
     case EVHTTP_REQ_PATCH: return "PATCH";
+    case EVHTTP_REQ_TRACE: return "TRACE";
+    case EVHTTP_REQ_CONNECT: return "CONNECT";
     default: return "OTHER";
     }
 }
@@ -218,11 +270,14 @@ const char *http_req_method_name(const struct http_req *r) {
 const char *http_req_path(const struct http_req *r) { return r->path; }
 
 const char *http_req_uri(const struct http_req *r) {
+    if (r->detached)
+        return r->detached->uri;
     return r->req ? evhttp_request_get_uri(r->req) : r->path;
 }
 
 const char *http_req_header(const struct http_req *r, const char *name) {
-    return r->req ? evhttp_find_header(evhttp_request_get_input_headers(r->req), name) : NULL;
+    const struct evkeyvalq *h = in_headers(r);
+    return h ? evhttp_find_header(h, name) : NULL;
 }
 
 const char *http_req_body(struct http_req *r, size_t *len) {
@@ -240,8 +295,9 @@ void http_req_on_gone(struct http_req *r, void (*fn)(void *arg), void *arg) {
 }
 
 void http_req_add_header(struct http_req *r, const char *name, const char *value) {
-    if (r->req)
-        evhttp_add_header(evhttp_request_get_output_headers(r->req), name, value);
+    struct evkeyvalq *h = out_headers(r);
+    if (h)
+        evhttp_add_header(h, name, value);
 }
 
 static void set_close_if_over(struct http_req *r) {
@@ -251,10 +307,12 @@ static void set_close_if_over(struct http_req *r) {
 
 void http_req_reply(struct http_req *r, int status, const char *content_type, const void *body,
                     size_t len) {
-    if (r->req) {
-        set_close_if_over(r);
-        if (content_type)
-            http_req_add_header(r, "Content-Type", content_type);
+    set_close_if_over(r);
+    if (content_type)
+        http_req_add_header(r, "Content-Type", content_type);
+    if (r->detached) {
+        r->detached->reply(r->detached->user, status, &r->detached->out, len ? body : "", len);
+    } else if (r->req) {
         struct evbuffer *b = evbuffer_new();
         if (b && len)
             evbuffer_add(b, body, len);
@@ -267,25 +325,80 @@ void http_req_reply(struct http_req *r, int status, const char *content_type, co
 
 void http_req_stream_start(struct http_req *r, int status, const char *content_type) {
     r->streaming = true;
-    if (!r->req)
-        return;
     set_close_if_over(r);
     if (content_type)
         http_req_add_header(r, "Content-Type", content_type);
     http_req_add_header(r, "Cache-Control", "no-cache");
-    evhttp_send_reply_start(r->req, status, NULL);
+    if (r->detached) {
+        r->detached->status = status;
+        r->detached->stream = evbuffer_new();
+    } else if (r->req) {
+        evhttp_send_reply_start(r->req, status, NULL);
+    }
 }
 
 void http_req_stream_chunk(struct http_req *r, struct evbuffer *data) {
-    if (r->req)
+    if (r->detached && r->detached->stream)
+        evbuffer_add_buffer(r->detached->stream, data);
+    else if (r->req)
         evhttp_send_reply_chunk(r->req, data);
     evbuffer_drain(data, evbuffer_get_length(data));
 }
 
 void http_req_stream_end(struct http_req *r) {
-    if (r->req)
+    struct http_detached *d = r->detached;
+    if (d) {
+        size_t len = d->stream ? evbuffer_get_length(d->stream) : 0;
+        const void *body = len ? (const void *)evbuffer_pullup(d->stream, -1) : "";
+        d->reply(d->user, d->status, &d->out, body, len);
+    } else if (r->req) {
         evhttp_send_reply_end(r->req); /* frees a detached request */
+    }
     req_finish(r);
+}
+
+/* --- a request without a connection ----------------------------------------------------- */
+
+tandem_err http_req_new_detached(const struct http_detached_params *p, struct http_req **out) {
+    *out = NULL;
+    struct evhttp_uri *u = evhttp_uri_parse_with_flags(p->uri, EVHTTP_URI_NONCONFORMANT);
+    if (!u)
+        return TANDEM_ERR_FORMAT; /* libevent refuses such a request line */
+    struct http_req *r = mem_calloc(1, sizeof *r);
+    struct http_detached *d = r ? mem_calloc(1, sizeof *d) : NULL;
+    struct evbuffer *body = evbuffer_new();
+    if (d) {
+        *d = (struct http_detached){.method = p->method, .uri = mem_strdup(p->uri),
+                                    .reply = p->reply, .user = p->user};
+        TAILQ_INIT(&d->in);
+        TAILQ_INIT(&d->out);
+    }
+    tandem_err e = d && d->uri && body && (r->path = decoded_path(u)) != NULL &&
+                           (!p->len || evbuffer_add(body, p->body, p->len) == 0)
+                       ? TANDEM_OK
+                       : TANDEM_ERR_NOMEM;
+    if (e == TANDEM_OK) {
+        r->detached = d;
+        copy_body(r, body, p->max_body_bytes);
+        e = r->body ? TANDEM_OK : TANDEM_ERR_NOMEM;
+    }
+    for (const struct evkeyval *h = p->headers ? TAILQ_FIRST(p->headers) : NULL;
+         e == TANDEM_OK && h; h = TAILQ_NEXT(h, next))
+        if (evhttp_add_header(&d->in, h->key, h->value) != 0)
+            e = TANDEM_ERR_FORMAT; /* a line break in it (or OOM) */
+    evhttp_uri_free(u);
+    if (body)
+        evbuffer_free(body);
+    if (e != TANDEM_OK) {
+        if (r)
+            free(r->path);
+        mem_free(r ? r->body : NULL);
+        detached_free(d);
+        mem_free(r);
+        return e;
+    }
+    *out = r;
+    return TANDEM_OK;
 }
 
 /* --- server lifecycle -------------------------------------------------------------------- */
@@ -313,9 +426,12 @@ tandem_err http_server_new(struct event_base *base, const struct http_server_par
     s->fn = fn;
     s->user = user;
     apply_limits(s, p);
+    /* every method libevent knows reaches the handler, which answers 405 in
+     * tandem's shape (libevent's own answer would be an HTML 501) */
     evhttp_set_allowed_methods(s->evhttp, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                               EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                              EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+                                              EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH |
+                                              EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
     evhttp_set_gencb(s->evhttp, on_request, s);
     s->sock = evhttp_bind_socket_with_handle(s->evhttp, p->host, p->port);
     if (!s->sock) {
@@ -382,6 +498,7 @@ struct http_upstream {
     uint16_t port;
     enum evhttp_request_error error;
     bool have_error, aborted;
+    bool streamed; /* the answer is chunked and goes to ops->chunk */
     struct http_upstream *prev, *next;
 };
 
@@ -475,8 +592,18 @@ static void on_upstream_error(enum evhttp_request_error e, void *arg) {
     u->have_error = true;
 }
 
+/* Whether an answer's body is chunked: streamed, as llama-server sends
+ * server-sent events (its other answers have a Content-Length). */
+static bool chunked(struct evhttp_request *req) {
+    const char *te = evhttp_find_header(evhttp_request_get_input_headers(req), "Transfer-Encoding");
+    return te && strcasestr(te, "chunked");
+}
+
 static int on_upstream_headers(struct evhttp_request *req, void *arg) {
     struct http_upstream *u = arg;
+    u->streamed = u->ops->chunk && chunked(req);
+    if (u->ops->chunk && !u->streamed) /* e.g. an error answer: buffered, whole to done */
+        evhttp_request_set_chunked_cb(req, NULL);
     if (!u->ops->headers)
         return 0;
     bool go = u->ops->headers(u->user, evhttp_request_get_response_code(req),
@@ -497,8 +624,12 @@ static void on_upstream_done(struct evhttp_request *req, void *arg) {
     const struct http_upstream_ops *ops = u->ops;
     void *user = u->user;
     if (status > 0 && !u->have_error && !u->aborted) {
-        struct evbuffer *body = ops->chunk ? NULL : evhttp_request_get_input_buffer(req);
-        release_conn(u, true);
+        struct evbuffer *body = u->streamed ? NULL : evhttp_request_get_input_buffer(req);
+        /* llama-server closes the connection after a chunked answer without
+         * saying so (no "Connection: close"); pooled, it would fail the next
+         * request that took it before libevent noticed the close (a 502 for
+         * a generation, which is never resent) */
+        release_conn(u, !chunked(req));
         mem_free(u);
         ops->done(user, status, body, NULL);
         return;

@@ -6,6 +6,9 @@
  * not: a connection limit, a separate idle timeout between requests, and the
  * detection of a client that hangs up while its answer is pending (libevent
  * stops reading once a request is in; tandem watches the socket itself).
+ * A detached request is the same object without a connection: made from a
+ * request line, headers and body, answered into a callback (the HTTP fuzz
+ * target drives the router this way).
  * Client side: requests to 127.0.0.1:<port> over kept-alive connections
  * pooled per port, with the body either buffered or streamed chunk by chunk. */
 #ifndef TANDEM_HTTP_H
@@ -98,6 +101,38 @@ void http_req_stream_start(struct http_req *r, int status, const char *content_t
 void http_req_stream_chunk(struct http_req *r, struct evbuffer *data);
 void http_req_stream_end(struct http_req *r);
 
+/* --- a request without a connection ---------------------------------------------------- */
+
+/* Receives a detached request's answer, once: status, its headers (Content-Type
+ * among them) and body[len], all borrowed for the call. */
+typedef void (*http_reply_fn)(void *user, int status, const struct evkeyvalq *headers,
+                              const void *body, size_t len);
+
+struct http_detached_params {
+    enum evhttp_cmd_type method;
+    const char *uri;                 /* the request-target, as on the request line */
+    const struct evkeyvalq *headers; /* the request's headers (copied); NULL = none */
+    const void *body;                /* body[len] (copied); may be NULL when len is 0 */
+    size_t len;
+    uint64_t max_body_bytes;         /* as the server's: a longer body is too big
+                                      * (http_req_body_too_big) */
+    http_reply_fn reply;             /* gets the answer */
+    void *user;
+};
+
+/* Makes a request that no connection carries, for a handler to answer as it
+ * answers the server's (tests/fuzz/fuzz_http.c drives the api this way, with
+ * no socket). Every http_req_ function behaves as for the request libevent
+ * would have parsed from the same request line, headers and body, except
+ * that the answer goes to p->reply (a stream's chunks joined, at its end)
+ * instead of a socket, and that the request is never over the connection
+ * limit nor gone. Its answer frees it, as on the server. On TANDEM_OK *out is
+ * the request; else *out is NULL: TANDEM_ERR_FORMAT when p->uri is not a
+ * request-target libevent accepts (it answers 400 before any handler) or a
+ * header is one evhttp_add_header refuses (a line break in it),
+ * TANDEM_ERR_NOMEM. */
+tandem_err http_req_new_detached(const struct http_detached_params *p, struct http_req **out);
+
 /* --- client of the engines ------------------------------------------------------------- */
 
 struct http_client;   /* opaque: connection pools per port */
@@ -107,10 +142,12 @@ struct http_upstream_ops {
     /* optional: the response status and headers arrived; return false to abort
      * (done is then called with an error) */
     bool (*headers)(void *user, int status, const struct evkeyvalq *headers);
-    /* optional: when set, the body is streamed here (data is drained after) */
+    /* optional: when set, a chunked answer's body is streamed here (data is
+     * drained after); an answer with a length is still buffered for done */
     void (*chunk)(void *user, struct evbuffer *data);
-    /* the exchange ended: status > 0 and body (NULL when streamed; borrowed)
-     * on success; status 0 and error (borrowed) on failure. Called once. */
+    /* the exchange ended: status > 0 and body (NULL when streamed to chunk;
+     * borrowed) on success; status 0 and error (borrowed) on failure. Called
+     * once. */
     void (*done)(void *user, int status, struct evbuffer *body, const char *error);
 };
 

@@ -354,6 +354,7 @@ struct pipeline_run {
     json_t *attempts, *cur_attempt, *verify_answers, *stages, *models;
     struct sched_timing sum;
     long tokens;
+    unsigned resends;           /* stages resent after an engine failure */
     /* the stage in flight */
     char stage_name[STAGE_NAME_MAX];
     size_t stage_model;
@@ -387,7 +388,7 @@ static const char *model_name(const struct pipeline_run *r, size_t model) {
 
 /* Ends the run with outcome; frees it. */
 static void finish(struct pipeline_run *r, int status, json_t *body, const char *verdict) {
-    struct pipeline_outcome o = {status, body, verdict, r->sum, r->tokens};
+    struct pipeline_outcome o = {status, body, verdict, r->sum, r->tokens, r->resends};
     pipeline_done_fn done = r->done;
     void *user = r->user;
     run_free(r);
@@ -474,6 +475,8 @@ static void on_engine_done(void *user, int status, struct evbuffer *body, const 
     struct sched_timing t;
     size_t len = evbuffer_get_length(body);
     const char *text = len ? (const char *)evbuffer_pullup(body, (ev_ssize_t)len) : "";
+    if (status >= 500 && sched_job_engine_error(r->job, status, text))
+        return; /* resent: on_job_start follows */
     json_t *answer = json_loadb(text, len, 0, NULL);
     json_t *in = json_object_get(json_object_get(answer, "usage"), "input_tokens");
     if (json_is_integer(in))
@@ -527,7 +530,19 @@ static void on_job_start(struct sched_job *job, uint16_t port, void *user) {
         sched_job_upstream_failed(r->job, "cannot connect to the engine");
 }
 
-static const struct sched_job_ops job_ops = {.start = on_job_start, .fail = on_job_fail};
+/* The stage's engine failed before answering: forget its request; the
+ * scheduler starts the stage again (decisions are read-only). */
+static void on_job_retry(struct sched_job *job, void *user) {
+    (void)job;
+    struct pipeline_run *r = user;
+    if (r->up)
+        http_upstream_cancel(r->up);
+    r->up = NULL;
+    r->resends++;
+}
+
+static const struct sched_job_ops job_ops = {
+    .start = on_job_start, .fail = on_job_fail, .retry = on_job_retry};
 
 /* Sends questions (stolen) about the request's state to model; cont gets the
  * answer. Returns the scheduler's refusal (the run is still the caller's). */
@@ -556,21 +571,45 @@ static tandem_err run_stage(struct pipeline_run *r, const char *name, size_t mod
                         &position);
 }
 
+/* The scheduler's refusal e of a stage on model: its status, with the
+ * error's type and message (into msg[len]). */
+static int refusal(const struct pipeline_run *r, tandem_err e, size_t model, const char **type,
+                   char *msg, size_t len) {
+    int64_t backoff;
+    const char *failure;
+    *type = "unavailable_error";
+    switch (e) {
+    case TANDEM_ERR_TOOBIG:
+        *type = "queue_full";
+        tandem_errmsg(msg, len, "the admission queue is full (limits.queue_depth); retry later");
+        return 429;
+    case TANDEM_ERR_TIMEOUT:
+        *type = "deadline_exceeded";
+        tandem_errmsg(msg, len, "model %s must load first, and its expected load time ends "
+                      "after the deadline", model_name(r, model));
+        return 504;
+    case TANDEM_ERR_UNSUPPORTED: tandem_errmsg(msg, len, "tandem is shutting down"); return 503;
+    case TANDEM_ERR_ENGINE:
+        failure = sched_model_failure(r->env.sched, r->set->models[model].sched_index, &backoff);
+        tandem_errmsg(msg, len, "%s", failure ? failure : "the model's engine failed");
+        return 503;
+    default:
+        *type = "internal_error";
+        tandem_errmsg(msg, len, "%s", tandem_strerror(e));
+        return 500;
+    }
+}
+
 /* run_stage for a stage started from a callback: a refusal ends the run. */
 static void run_stage_or_fail(struct pipeline_run *r, const char *name, size_t model,
                               json_t *questions, stage_cont cont) {
     tandem_err e = run_stage(r, name, model, questions, cont);
-    if (e == TANDEM_ERR_TOOBIG)
-        finish_error(r, 429, "queue_full", "pipeline %s, stage %s: the admission queue is full "
-                     "(limits.queue_depth); retry later", r->cp->pl->name, name);
-    else if (e == TANDEM_ERR_TIMEOUT)
-        finish_error(r, 504, "deadline_exceeded", "pipeline %s, stage %s: model %s must load "
-                     "first, and its expected load time ends after the deadline",
-                     r->cp->pl->name, name, model_name(r, model));
-    else if (e != TANDEM_OK)
-        finish_error(r, 503, "unavailable_error", "pipeline %s, stage %s: %s", r->cp->pl->name,
-                     name, e == TANDEM_ERR_UNSUPPORTED ? "tandem is shutting down"
-                                                       : tandem_strerror(e));
+    if (e == TANDEM_OK)
+        return;
+    const char *type;
+    char msg[1100];
+    int status = refusal(r, e, model, &type, msg, sizeof msg);
+    finish_error(r, status, type, "pipeline %s, stage %s: %s", r->cp->pl->name, name, msg);
 }
 
 /* --- runs: questions ------------------------------------------------------------------------ */
@@ -1082,15 +1121,8 @@ static tandem_err start_run(const struct pipeline_set *s, const struct pipeline_
     if (e == TANDEM_OK)
         e = run_stage(r, "decide", cp->decide.model, qs, on_decided);
     if (e != TANDEM_OK) {
-        *status = e == TANDEM_ERR_FORMAT ? 400 : e == TANDEM_ERR_TOOBIG ? 429
-                : e == TANDEM_ERR_TIMEOUT ? 504 : e == TANDEM_ERR_UNSUPPORTED ? 503 : 500;
-        if (e == TANDEM_ERR_TOOBIG)
-            tandem_errmsg(err, errlen, "the admission queue is full (limits.queue_depth); retry later");
-        else if (e == TANDEM_ERR_TIMEOUT)
-            tandem_errmsg(err, errlen, "model %s must load first, and its expected load time "
-                          "ends after the deadline", model_name(r, cp->decide.model));
-        else if (e == TANDEM_ERR_UNSUPPORTED)
-            tandem_errmsg(err, errlen, "tandem is shutting down");
+        const char *type;
+        *status = e == TANDEM_ERR_FORMAT ? 400 : refusal(r, e, cp->decide.model, &type, err, errlen);
         run_free(r);
         return e;
     }

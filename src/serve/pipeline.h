@@ -71,6 +71,7 @@ struct pipeline_outcome {
     const char *verdict;    /* "accepted", "rejected", "escalated"; NULL on error */
     struct sched_timing sum; /* queued, loading and running time over every stage */
     long input_tokens;      /* summed over the stages; -1 when unknown */
+    unsigned resends;       /* stages resent after an engine failure */
 };
 
 typedef void (*pipeline_done_fn)(void *user, struct pipeline_outcome *outcome);

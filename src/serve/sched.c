@@ -22,9 +22,18 @@
  * a stream of small models cannot starve a large one.
  *
  * A job's deadline is a timer; a job that has not started or finished by then
- * fails with 504 and where its time went. A child that exits unasked fails
- * its running jobs with 502 naming the exit status; the next demand restarts
- * it, after a backoff that doubles while it keeps crashing. */
+ * fails with 504 and where its time went.
+ *
+ * Engine failures. A child that exits unasked is restarted on the next
+ * demand. Its running jobs go back to the head of the queue when they are
+ * idempotent (ops->retry), have not been resent before, and their deadline
+ * leaves time for the restart; the others fail with 502 engine_failed
+ * naming the exit status and the log's last line. Jobs waiting for a load
+ * that crashed wait for one more. A connection failure of a live engine or
+ * its 5xx answer resends the same way, to the same engine. After
+ * max_restarts crashes within CRASH_WINDOW_MS the model is failed: its jobs
+ * get 503 with the cause until a back-off that doubles with each relapse
+ * (FAILED_BACKOFF_FIRST_MS to FAILED_BACKOFF_MAX_MS) is over. */
 #include "serve/sched.h"
 
 #include <signal.h>
@@ -45,11 +54,13 @@
 
 #define HEALTH_POLL_MS 50
 #define UPSTREAM_EXIT_WAIT_MS 250 /* how long an engine hang-up waits for its exit status */
-#define BACKOFF_FIRST_MS 1000
+#define CRASH_WINDOW_MS 60000
+#define DEFAULT_MAX_RESTARTS 5
+#define FAILED_BACKOFF_FIRST_MS 2000
+#define FAILED_BACKOFF_MAX_MS 300000
 /* a resident that just finished keeps its engine this long for its client's
  * next request before a waiting model may take its memory (grouping) */
 #define GROUP_LINGER_MS 150
-#define BACKOFF_MAX_MS 30000
 #define PREFETCH_MARGIN (512ull << 20) /* host RAM a read-ahead leaves free */
 #define COST_FLUSH_SAMPLES 8           /* cost samples kept in memory before a write */
 #define NO_MODEL SIZE_MAX
@@ -68,6 +79,7 @@ struct sched_job {
     int64_t submitted, started, deadline, loading_ms;
     struct event *timer; /* the deadline; then the wait for an exit status */
     char *upstream_msg;
+    uint32_t failures;   /* engine failures it lived through (2 = no more resends) */
     long tokens;         /* prompt tokens the engine reported; <= 0 = unknown */
     size_t next;         /* the model the owner goes to next, or NO_MODEL */
 };
@@ -95,10 +107,13 @@ struct smodel {
     struct event *retry_ev;  /* backoff over: kick */
     struct http_upstream *health;
     struct job_list running;
-    uint32_t n_running, n_waiting, group_count, crashes;
+    uint32_t n_running, n_waiting, group_count;
+    int64_t *crash_at;       /* the last max_restarts crash times, a ring */
+    uint64_t crash_next;     /* where the next one goes (mod max_restarts) */
+    uint32_t relapses;       /* times failed since the last answer: the back-off's exponent */
     bool draining, stop_asked;
     int64_t last_used, load_started, ready_at, retry_at;
-    uint64_t loads, evictions, crash_total, prefetches, lookaheads;
+    uint64_t loads, evictions, crash_total, prefetches, lookaheads, retries;
     uint64_t measured_gpu, measured_host;
     bool handed_off;         /* its last client moved on to another model (lookahead) */
     bool prefetched;         /* its file was read ahead for the next load (once per load) */
@@ -123,10 +138,13 @@ struct sched {
     void (*done)(void *);
     void *done_user;
     struct prom_metric *m_loads, *m_evictions, *m_crashes, *m_load_seconds, *m_resident,
-        *m_queue, *m_state, *m_device, *m_prefetches;
+        *m_queue, *m_state, *m_device, *m_prefetches, *m_retries, *m_failed;
 };
 
 static void kick(struct sched *s);
+static const char *why_not_resent(struct sched_job *j);
+static void resend(struct sched_job *j, const char *reason);
+static void fail_engine(struct sched_job *j, const char *msg, const char *why_not);
 static void stop_model(struct smodel *m, const char *reason);
 static void spawn(struct smodel *m);
 
@@ -160,6 +178,13 @@ static void register_metrics(struct sched *s) {
                                 model_device, NULL, 0);
     s->m_prefetches = prom_register(p, PROM_COUNTER, "tandem_model_prefetches_total",
                                     "Model files read ahead of a load", model, NULL, 0);
+    s->m_retries = prom_register(p, PROM_COUNTER, "tandem_engine_retries_total",
+                                 "Requests resent after an engine failure, by reason: crash, "
+                                 "connection, server_error",
+                                 model_reason, NULL, 0);
+    s->m_failed = prom_register(p, PROM_GAUGE, "tandem_model_failed",
+                                "1 while the model is failed (crash loop) and backing off",
+                                model, NULL, 0);
 }
 
 static void count(struct prom_metric *metric, struct smodel *m, double v) {
@@ -178,6 +203,8 @@ static void publish_state(struct smodel *m) {
     }
     if (s->m_state)
         prom_set(s->m_state, one, holds);
+    if (s->m_failed)
+        prom_set(s->m_failed, one, m->state == SCHED_FAILED);
     char dev[16];
     const char *device[] = {m->name, place_device_name(m->device, dev, sizeof dev)};
     if (s->m_device)
@@ -348,12 +375,16 @@ size_t sched_job_model(const struct sched_job *j) { return j->m->index; }
 static void on_deadline(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     struct sched_job *j = arg;
-    if (j->phase == JOB_FAILING) { /* the wait for an exit status is over */
+    if (j->phase == JOB_FAILING) { /* the engine lives on: its connection failed */
         char msg[700];
         snprintf(msg, sizeof msg, "model %s: %s", j->m->name,
                  j->upstream_msg ? j->upstream_msg : "the engine connection failed");
         struct sched *s = j->s;
-        job_fail(j, 502, "upstream_error", msg);
+        const char *why_not = why_not_resent(j);
+        if (!why_not)
+            resend(j, "connection");
+        else
+            fail_engine(j, msg, why_not);
         kick(s);
         return;
     }
@@ -417,6 +448,9 @@ tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms,
         return TANDEM_ERR_UNSUPPORTED;
     if (s->n_waiting >= s->p.queue_depth)
         return TANDEM_ERR_TOOBIG;
+    int64_t backing_off;
+    if (sched_model_failure(s, index, &backing_off))
+        return TANDEM_ERR_ENGINE;
     if (loads_past(s->models[index], deadline_ms))
         return TANDEM_ERR_TIMEOUT;
     struct sched_job *j = mem_calloc(1, sizeof *j);
@@ -447,7 +481,7 @@ void sched_job_done(struct sched_job *j, bool ok) {
     struct sched *s = j->s;
     struct smodel *m = j->m;
     if (ok && j->phase == JOB_RUNNING) {
-        m->crashes = 0;
+        m->relapses = 0;
         note_answer(m, j, host_now_ms());
     }
     if (j->next != NO_MODEL && j->phase == JOB_RUNNING)
@@ -482,6 +516,15 @@ void sched_job_upstream_failed(struct sched_job *j, const char *upstream_message
     j->upstream_msg = mem_strdup(upstream_message);
     event_del(j->timer);
     timer_in(j->timer, UPSTREAM_EXIT_WAIT_MS);
+}
+
+bool sched_job_engine_error(struct sched_job *j, int status, const char *message) {
+    if (j->phase != JOB_RUNNING || status < 500 || why_not_resent(j))
+        return false;
+    fprintf(stderr, "tandem: %s answered %d (%.200s)\n", j->m->name, status, message);
+    resend(j, "server_error");
+    kick(j->s);
+    return true;
 }
 
 /* --- engine lifecycle ----------------------------------------------------------------------- */
@@ -529,10 +572,125 @@ static void drop_child(struct smodel *m) {
 static void on_retry(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     struct smodel *m = arg;
+    if (m->state == SCHED_FAILED)
+        set_state(m, SCHED_UNLOADED); /* the back-off is over: the next demand loads it */
     kick(m->s);
 }
 
-/* An exit nobody asked for: count it, fail what depended on it, back off. */
+/* --- engine failures: resend or fail ----------------------------------------------------------- */
+
+/* Counts an engine failure that j lived through. NULL when j may be
+ * resent: it is idempotent, this was its first failure, and its deadline
+ * leaves time for the model's expected load when it must load again. Else
+ * why not ("" when the job is not idempotent). */
+static const char *why_not_resent(struct sched_job *j) {
+    j->failures++;
+    if (!j->ops->retry)
+        return "";
+    if (j->failures >= 2)
+        return "the engine failed on this request twice";
+    if (j->s->shutting_down)
+        return "tandem is shutting down";
+    if (loads_past(j->m, j->deadline))
+        return "the engine's restart would end after the request's deadline";
+    return NULL;
+}
+
+/* Fails j with 502 engine_failed: msg, and why it was not resent. */
+static void fail_engine(struct sched_job *j, const char *msg, const char *why_not) {
+    char full[1400];
+    tandem_errmsg(full, sizeof full, "%s%s%s", msg, why_not[0] ? "; not resent: " : "", why_not);
+    job_fail(j, 502, "engine_failed", full);
+}
+
+/* Puts started job j back at the head of the queue, to be resent when its
+ * model has an engine and a free slot; reason labels the retry metric. */
+static void resend(struct sched_job *j, const char *reason) {
+    struct sched *s = j->s;
+    struct smodel *m = j->m;
+    TAILQ_REMOVE(&m->running, j, link);
+    m->n_running--;
+    j->phase = JOB_WAITING;
+    TAILQ_INSERT_HEAD(&s->waiting, j, link);
+    s->n_waiting++;
+    m->n_waiting++;
+    mem_free(j->upstream_msg);
+    j->upstream_msg = NULL;
+    event_del(j->timer);
+    if (j->deadline > 0)
+        timer_in(j->timer, j->deadline - host_now_ms());
+    m->retries++;
+    const char *labels[] = {m->name, reason};
+    if (s->m_retries)
+        prom_add(s->m_retries, labels, 1);
+    fprintf(stderr, "tandem: %s: resending a request after an engine failure (%s)\n", m->name,
+            reason);
+    publish_state(m);
+    j->ops->retry(j, j->user);
+}
+
+/* The engine of m is gone: each running job is resent or fails with msg. */
+static void resend_or_fail_running(struct smodel *m, const char *msg) {
+    struct sched_job *j;
+    while ((j = TAILQ_FIRST(&m->running))) {
+        const char *why_not = why_not_resent(j);
+        if (!why_not)
+            resend(j, "crash");
+        else
+            fail_engine(j, msg, why_not);
+    }
+}
+
+/* A load of m crashed: the jobs waiting for it wait for one more, unless it
+ * is their second engine failure or their deadline comes first. */
+static void fail_waiting_twice(struct smodel *m, const char *msg) {
+    struct sched_job *j, *next;
+    for (j = TAILQ_FIRST(&m->s->waiting); j; j = next) {
+        next = TAILQ_NEXT(j, link);
+        if (j->m != m)
+            continue;
+        if (++j->failures >= 2)
+            fail_engine(j, msg, "the engine failed to load twice while this request waited");
+        else if (loads_past(m, j->deadline))
+            fail_engine(j, msg, "the engine's restart would end after the request's deadline");
+    }
+}
+
+/* Records a crash at now; true when it is the max_restarts-th within
+ * CRASH_WINDOW_MS (a crash loop). */
+static bool crash_loop(struct smodel *m, int64_t now) {
+    uint32_t n = m->s->p.max_restarts;
+    m->crash_at[m->crash_next++ % n] = now;
+    return m->crash_next >= n && now - m->crash_at[m->crash_next % n] < CRASH_WINDOW_MS;
+}
+
+static uint32_t recent_crashes(const struct smodel *m, int64_t now) {
+    uint32_t n = m->s->p.max_restarts, k = 0;
+    for (uint32_t i = 0; i < n && i < m->crash_next; i++)
+        k += now - m->crash_at[i] < CRASH_WINDOW_MS;
+    return k;
+}
+
+/* Marks m failed for a back-off that doubles with each relapse: its jobs,
+ * running or waiting, and new ones until then get 503 naming the cause. */
+static void mark_failed(struct smodel *m, const char *cause) {
+    int64_t backoff = (int64_t)FAILED_BACKOFF_FIRST_MS << (m->relapses < 8 ? m->relapses : 8);
+    backoff = backoff < FAILED_BACKOFF_MAX_MS ? backoff : FAILED_BACKOFF_MAX_MS;
+    m->relapses++;
+    m->retry_at = host_now_ms() + backoff;
+    char why[sizeof m->last_error];
+    snprintf(why, sizeof why, "%s", cause);
+    tandem_errmsg(m->last_error, sizeof m->last_error, "model %s failed: %s; next try in %lld s",
+                  m->name, why, (long long)((backoff + 999) / 1000));
+    set_state(m, SCHED_FAILED);
+    fail_running(m, 503, "unavailable_error", m->last_error);
+    fail_waiting(m, 503, "unavailable_error", m->last_error);
+    timer_in(m->retry_ev, backoff);
+    fprintf(stderr, "tandem: %s\n", m->last_error);
+}
+
+/* An exit nobody asked for: count it, then resend, fail or, in a crash
+ * loop, mark the model failed. */
 static void crashed(struct smodel *m, const char *why) {
     bool loading = m->state == SCHED_LOADING;
     char tail[256] = "";
@@ -541,23 +699,21 @@ static void crashed(struct smodel *m, const char *why) {
     tandem_errmsg(m->last_error, sizeof m->last_error, "model %s: llama-server %s%s (log %s%s%s)",
                   m->name, why, loading ? " while loading" : "", m->log_path, tail[0] ? ": " : "",
                   tail);
-    m->crashes++;
     m->crash_total++;
     count(m->s->m_crashes, m, 1);
-    int64_t backoff = 0;
-    if (m->crashes > 1) {
-        backoff = BACKOFF_FIRST_MS << (m->crashes - 2 < 5 ? m->crashes - 2 : 5);
-        backoff = backoff > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff;
-    }
-    m->retry_at = host_now_ms() + backoff;
     drop_child(m);
-    set_state(m, loading ? SCHED_FAILED : SCHED_UNLOADED);
-    fail_running(m, 502, "upstream_error", msg);
+    fprintf(stderr, "tandem: %s\n", msg);
+    if (crash_loop(m, host_now_ms())) {
+        char cause[sizeof m->last_error];
+        tandem_errmsg(cause, sizeof cause, "%u crashes within %d s (limits.max_restarts); last: %s",
+                 m->s->p.max_restarts, CRASH_WINDOW_MS / 1000, msg);
+        mark_failed(m, cause);
+        return;
+    }
+    set_state(m, SCHED_UNLOADED);
+    resend_or_fail_running(m, msg);
     if (loading)
-        fail_waiting(m, 502, "upstream_error", msg);
-    if (backoff)
-        timer_in(m->retry_ev, backoff);
-    fprintf(stderr, "tandem: %s; next start %s\n", msg, backoff ? "after a backoff" : "on demand");
+        fail_waiting_twice(m, msg);
 }
 
 static void on_exit_fd(evutil_socket_t fd, short what, void *arg) {
@@ -706,16 +862,12 @@ static void spawn(struct smodel *m) {
         m->exit_ev = event_new(m->s->base, engine_child_exit_fd(m->child), EV_READ | EV_PERSIST,
                                on_exit_fd, m);
     if (e != TANDEM_OK || !m->exit_ev) {
-        const char *msg = m->last_error;
-        tandem_errmsg(m->last_error, sizeof m->last_error, "model %s: cannot start llama-server: %s",
-                      m->name, err[0] ? err : tandem_strerror(e));
-        fprintf(stderr, "tandem: %s\n", msg);
+        char cause[sizeof m->last_error];
+        tandem_errmsg(cause, sizeof cause, "cannot start llama-server: %s",
+                 err[0] ? err : tandem_strerror(e));
         engine_child_free(m->child);
         m->child = NULL;
-        set_state(m, SCHED_FAILED);
-        m->retry_at = host_now_ms() + BACKOFF_MAX_MS;
-        timer_in(m->retry_ev, BACKOFF_MAX_MS);
-        fail_waiting(m, 503, "unavailable_error", msg);
+        mark_failed(m, cause);
         return;
     }
     event_add(m->exit_ev, NULL);
@@ -946,6 +1098,8 @@ struct sched *sched_new(struct event_base *base, const struct sched_params *p) {
     }
     s->p.engine = s->engine;
     s->p.log_dir = s->log_dir;
+    if (!s->p.max_restarts)
+        s->p.max_restarts = DEFAULT_MAX_RESTARTS;
     register_metrics(s);
     return s;
 }
@@ -965,6 +1119,7 @@ static void free_model(struct smodel *m) {
     for (size_t i = 0; m->extra && m->extra[i]; i++)
         mem_free(m->extra[i]);
     mem_free(m->extra);
+    mem_free(m->crash_at);
     mem_free(m->name);
     mem_free(m->path);
     mem_free(m);
@@ -1024,8 +1179,10 @@ tandem_err sched_add_model(struct sched *s, const struct sched_model_spec *spec,
     m->timer = event_new(s->base, -1, 0, on_model_timer, m);
     m->load_ev = event_new(s->base, -1, 0, on_load_timeout, m);
     m->retry_ev = event_new(s->base, -1, 0, on_retry, m);
+    m->crash_at = mem_calloc(s->p.max_restarts, sizeof *m->crash_at);
     snprintf(m->log_path, sizeof m->log_path, "%s/%s.log", s->log_dir, spec->name);
-    if (!m->name || !m->path || !m->extra || !m->timer || !m->load_ev || !m->retry_ev) {
+    if (!m->name || !m->path || !m->extra || !m->timer || !m->load_ev || !m->retry_ev ||
+        !m->crash_at) {
         free_model(m);
         return TANDEM_ERR_NOMEM;
     }
@@ -1125,8 +1282,19 @@ const char *sched_state_name(enum sched_state st) {
 
 void sched_model_counts(const struct sched *s, size_t i, struct sched_counts *out) {
     const struct smodel *m = s->models[i];
-    *out = (struct sched_counts){m->loads,      m->evictions,  m->crash_total, m->prefetches,
-                                 m->lookaheads, m->n_waiting, m->n_running};
+    *out = (struct sched_counts){.loads = m->loads, .evictions = m->evictions,
+                                 .crashes = m->crash_total, .retries = m->retries,
+                                 .prefetches = m->prefetches, .lookaheads = m->lookaheads,
+                                 .waiting = m->n_waiting, .running = m->n_running};
+}
+
+const char *sched_model_failure(const struct sched *s, size_t i, int64_t *retry_in_ms) {
+    const struct smodel *m = s->models[i];
+    int64_t left = m->retry_at - host_now_ms();
+    if (m->state != SCHED_FAILED || left <= 0)
+        return NULL;
+    *retry_in_ms = left;
+    return m->last_error;
 }
 
 static json_t *ms_or_null(int64_t ms) { return ms >= 0 ? json_integer(ms) : json_null(); }
@@ -1161,6 +1329,11 @@ static json_t *model_json(const struct smodel *m, int64_t now) {
     json_object_set_new(j, "loads", json_integer((json_int_t)m->loads));
     json_object_set_new(j, "evictions", json_integer((json_int_t)m->evictions));
     json_object_set_new(j, "crashes", json_integer((json_int_t)m->crash_total));
+    json_object_set_new(j, "crashes_last_60s", json_integer(recent_crashes(m, now)));
+    json_object_set_new(j, "retries", json_integer((json_int_t)m->retries));
+    json_object_set_new(j, "retry_in_ms", m->state == SCHED_FAILED && m->retry_at > now
+                                              ? json_integer(m->retry_at - now)
+                                              : json_null());
     json_object_set_new(j, "last_error", m->last_error[0] ? json_string(m->last_error) : json_null());
     json_object_set_new(j, "log", json_string(m->log_path));
     return j;

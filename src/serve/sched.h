@@ -69,6 +69,8 @@ struct sched_params {
     int64_t max_wait_ms;      /* ... or until it has held the device this long (from its
                                * readiness) while another waits */
     int64_t stop_grace_ms;    /* SIGTERM to SIGKILL */
+    uint32_t max_restarts;    /* crashes of one model within 60 s that mark it failed
+                               * (crash-loop protection); 0 = 5 */
     struct prom *metrics;     /* borrowed; NULL = none */
 };
 
@@ -79,15 +81,25 @@ struct sched_timing {
     int64_t running_ms; /* since it was handed the engine */
 };
 
-/* How a job's owner learns what happened. start is called once, when the job
- * may use the engine at 127.0.0.1:port. fail is called at most once, when the
- * scheduler ends the job (status 502 engine failure, 503 shutting down or
- * model unusable, 504 deadline, with type and message for the error body);
- * the job is freed when fail returns and must not be touched again. */
+/* How a job's owner learns what happened. start is called when the job may
+ * use the engine at 127.0.0.1:port: once, or once more after retry. fail is
+ * called at most once, when the scheduler ends the job (status 502
+ * `engine_failed`, 503 shutting down or model unusable or failed, 504
+ * deadline, with type and message for the error body); the job is freed
+ * when fail returns and must not be touched again.
+ *
+ * retry, when not NULL, makes the job idempotent: when its engine fails
+ * before the owner has sent the client a byte of the answer (the engine
+ * exits, its connection fails, or it answers 5xx: sched_job_engine_error),
+ * the scheduler puts the job back at the head of the queue, once, if its
+ * deadline leaves time for the engine's restart, and calls retry: the
+ * owner drops its engine request and waits for start again. Without retry
+ * (a generation, a stream), an engine failure fails the job with 502. */
 struct sched_job_ops {
     void (*start)(struct sched_job *job, uint16_t port, void *user);
     void (*fail)(struct sched_job *job, int status, const char *type, const char *message,
                  void *user);
+    void (*retry)(struct sched_job *job, void *user);
 };
 
 /* Creates a scheduler on base (borrowed). Returns NULL on OOM. */
@@ -110,7 +122,9 @@ void sched_preload(struct sched *s);
  * 429), TANDEM_ERR_TIMEOUT when the model holds no ready engine and its
  * expected load (the last one measured here, else the spec's estimate) ends
  * after the deadline (the caller answers 504 at once), TANDEM_ERR_RANGE for a
- * bad index, TANDEM_ERR_UNSUPPORTED while shutting down, TANDEM_ERR_NOMEM. */
+ * bad index, TANDEM_ERR_UNSUPPORTED while shutting down, TANDEM_ERR_ENGINE
+ * while the model is failed and backing off (sched_model_failure says why),
+ * TANDEM_ERR_NOMEM. */
 tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms,
                         const struct sched_job_ops *ops, void *user, struct sched_job **job,
                         uint32_t *position);
@@ -127,6 +141,14 @@ void sched_job_cancel(struct sched_job *job);
  * for the child's exit so the error can name the exit status, then fails the
  * job (502) with upstream_message if the child lives on. */
 void sched_job_upstream_failed(struct sched_job *job, const char *upstream_message);
+
+/* The engine answered a started job with status (>= 500) and message,
+ * before the owner sent the client anything. Returns true when the job was
+ * put back in the queue to be resent (see sched_job_ops.retry; the owner
+ * waits for start again), false when the owner answers the error itself:
+ * the job is not idempotent, was resent already, or its deadline is too
+ * close. */
+bool sched_job_engine_error(struct sched_job *job, int status, const char *message);
 
 /* The engine's answer to a started job reported tokens prompt tokens: its
  * running time per token feeds the cost cache (cost.h) when the job ends. */
@@ -169,9 +191,16 @@ const char *sched_model_name(const struct sched *s, size_t index);
 enum sched_state sched_model_state(const struct sched *s, size_t index);
 const char *sched_state_name(enum sched_state st);
 
+/* When model index is failed (it crashed limits.max_restarts times within
+ * 60 s, or its engine cannot be started) and still backing off: the cause
+ * (borrowed, valid until the next scheduler event), with *retry_in_ms the
+ * time until the next try. NULL otherwise. */
+const char *sched_model_failure(const struct sched *s, size_t index, int64_t *retry_in_ms);
+
 /* Counts across the scheduler's life, for tests and status. */
 struct sched_counts {
     uint64_t loads, evictions, crashes;
+    uint64_t retries;     /* jobs resent after an engine failure */
     uint64_t prefetches;  /* reads ahead of a load */
     uint64_t lookaheads;  /* pipelines that announced this model as their next stage */
     uint32_t waiting, running;

@@ -206,14 +206,15 @@ class Serve:
     config is the YAML text without `listen` and `logs` (added here: a free
     port, and logs under tmp_path so each test has its own audit log)."""
 
-    def __init__(self, tandem_bin, tmp_path, config, ready_timeout=60, env=None, drain_delay=0):
+    def __init__(self, tandem_bin, tmp_path, config, ready_timeout=60, env=None, drain_delay=0,
+                 logs=""):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.logs = tmp_path / "logs"
         self.audit = self.logs / "audit.jsonl"
         self.config = tmp_path / "tandem.yaml"
         self.config.write_text(f"listen: 127.0.0.1:{self.port}\nlogs:\n  dir: {self.logs}\n"
-                               + config)
+                               + logs + config)  # logs: more keys of the logs section
         self.stderr_path = tmp_path / "serve.stderr"
         self.stderr = open(self.stderr_path, "w")
         # drain_delay: --drain-delay in ms (0 by default: no gateway routes to a test's

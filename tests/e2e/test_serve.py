@@ -219,6 +219,7 @@ def test_kill9_mid_request_gives_502_then_reload(serve_factory):
     st, body = long_chat(s.url)
     assert st == 502, body
     error_shape(body, 502)
+    assert body["error"]["type"] == "engine_failed"  # a generation is never resent
     assert A in body["error"]["message"] and "signal 9" in body["error"]["message"]
     st, body, _ = s.systemone(choice("after"))
     assert st == 200

@@ -1,19 +1,29 @@
 #!/usr/bin/env python3
-"""Writes the GGUF fuzzer's seed corpus into DIR (deterministic).
+"""Writes the fuzz targets' seeds into DIR/<target>/ (deterministic).
 
-Seeds: tiny valid files from the Python gguf package's writer covering every
+gguf: tiny valid files from the Python gguf package's writer covering every
 value type, string arrays and several tensor types; the header of each real
 test model and engine vocab file, cut to --max-len bytes; and the malformed
 regression files from tests/data/gguf.
+config: tests/data/config/*.yaml and examples/*.yaml.
+s1: the bodies of tests/data/s1/cases.jsonl.
+tmpl: the texts of tests/data/tmpl/compile.jsonl.
+http: raw HTTP/1.1 requests, valid and invalid, for every route of
+tests/fuzz/fuzz_http.c's daemon (its models decider, verifier and writer,
+pipeline decide, key fuzz-key), and every s1 body as a POST /v1/systemone.
+The checked-in, minimised corpora are tests/fuzz/corpus/<target>/ (make
+fuzz-merge); these seeds only start a campaign.
 Usage: make_seeds.py DIR [--max-len N]
 """
 import argparse
+import json
 import shutil
 import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
+from backports import zstd
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
@@ -50,23 +60,167 @@ def tiny(path, alignment=None, tensors=True):
     w.close()
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("dir")
-    ap.add_argument("--max-len", type=int, default=1 << 18)
-    args = ap.parse_args()
-    out = Path(args.dir)
-    out.mkdir(parents=True, exist_ok=True)
+def gguf_seeds(out, max_len):
     tiny(out / "tiny.gguf")
     tiny(out / "tiny-align64.gguf", alignment=64)
     tiny(out / "tiny-notensors.gguf", tensors=False)
     real = sorted(MODELS.glob("*.gguf")) + sorted((ENGINE.parent.parent / "src" / "models").glob("*.gguf"))
     for path in real:
         with open(path, "rb") as f:
-            (out / f"head-{path.name}").write_bytes(f.read(args.max_len))
+            (out / f"head-{path.name}").write_bytes(f.read(max_len))
     for path in sorted((ROOT / "tests" / "data" / "gguf").glob("*.gguf")):
         shutil.copy(path, out / f"bad-{path.name}")
-    print(f"make_seeds: {len(list(out.iterdir()))} seeds in {out}")
+
+
+def config_seeds(out):
+    for path in sorted((ROOT / "tests" / "data" / "config").glob("*.yaml")) + sorted(
+            (ROOT / "examples").glob("*.yaml")):
+        shutil.copy(path, out / f"{path.parent.name}-{path.name}")
+
+
+def s1_bodies():
+    with open(ROOT / "tests" / "data" / "s1" / "cases.jsonl", encoding="utf-8") as f:
+        return [(json.loads(line)["name"], json.loads(line)["body"]) for line in f if line.strip()]
+
+
+def s1_seeds(out):
+    for i, (_, body) in enumerate(s1_bodies()):
+        (out / f"{i:03d}.json").write_text(json.dumps(body, ensure_ascii=False), encoding="utf-8")
+
+
+def tmpl_seeds(out):
+    with open(ROOT / "tests" / "data" / "tmpl" / "compile.jsonl", encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line in f if line.strip()]
+    for i, text in enumerate(texts):
+        (out / f"{i:03d}.txt").write_text(text, encoding="utf-8")
+
+
+AUTH = {"Authorization": "Bearer fuzz-key"}
+
+
+NO_BODY = object()
+
+
+def request(method, target, body=NO_BODY, headers=None, auth=True, eol="\r\n"):
+    """One raw request: request line, headers (Content-Length for a body), and
+    the body: bytes as they are, anything else as JSON."""
+    h = dict(AUTH) if auth else {}
+    h.update(headers or {})
+    if body is NO_BODY:
+        body = b""
+    else:
+        body = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False).encode()
+        h.setdefault("Content-Type", "application/json")
+        h["Content-Length"] = str(len(body))
+    head = f"{method} {target} HTTP/1.1{eol}Host: 127.0.0.1{eol}"
+    head += "".join(f"{k}: {v}{eol}" for k, v in h.items()) + eol
+    return head.encode() + body
+
+
+CHOICE = {"model": "decider", "state": {"ticket": "charged twice"},
+          "questions": {"route": {"type": "choice", "instructions": "Pick a team.",
+                                  "criteria": {"billing": "money", "tech": None}}}}
+SCORE = {"state": "a ticket", "questions": {"urgency": {"type": "score", "instructions": "How urgent?",
+                                                        "criteria": ["later", "today", "now"]}}}
+NOUL = {"model": "jev-latest", "state": ["a", "b"],
+        "questions": {"ok": {"type": "noul", "instructions": "Fine?", "criteria": {"true": "yes"}}}}
+PIPELINE = {"state": "The build server is swapping.",
+            "candidates": {"reduce": "Fewer jobs.", "stop": "Stop the docs builds."}}
+AS_SYSTEMONE = {"model": "pipelines/decide", "state": "The build server is swapping.",
+                "questions": {"act": {"type": "choice", "instructions": "What now?",
+                                      "criteria": {"reduce": "Fewer jobs.", "stop": "Stop the docs."}}}}
+CHAT = {"model": "writer", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def http_seeds(out):
+    big = dict(CHOICE, state="x" * 9000)
+    seeds = {
+        "health": request("GET", "/health", auth=False),
+        "livez-head": request("HEAD", "/livez", auth=False),
+        "models": request("GET", "/v1/models"),
+        "models-head": request("HEAD", "/v1/models"),
+        "status": request("GET", "/v1/status"),
+        "pipelines": request("GET", "/v1/pipelines"),
+        "metrics": request("GET", "/metrics", auth=False),
+        "openapi": request("GET", "/openapi.yaml", auth=False),
+        "s1-choice": request("POST", "/v1/systemone", CHOICE),
+        "s1-score-default": request("POST", "/v1/systemone", SCORE),
+        "s1-noul-jev-latest": request("POST", "/v1/systemone", NOUL),
+        "s1-alias": request("POST", "/v1/systemone", dict(CHOICE, model="smollm2-decider")),
+        "s1-generative-501": request("POST", "/v1/systemone", dict(CHOICE, model="writer")),
+        "s1-unknown-model": request("POST", "/v1/systemone", dict(CHOICE, model="nope")),
+        "s1-model-not-string": request("POST", "/v1/systemone", dict(CHOICE, model=5)),
+        "s1-bad-json": request("POST", "/v1/systemone", b'{"state": "x", "questions": {'),
+        "s1-duplicate-key": request("POST", "/v1/systemone", b'{"state": "a", "state": "b"}'),
+        "s1-not-object": request("POST", "/v1/systemone", b"[1, 2]"),
+        "s1-no-questions": request("POST", "/v1/systemone", {"state": "x"}),
+        "s1-53-options": request("POST", "/v1/systemone", dict(CHOICE, questions={"q": {
+            "type": "choice", "instructions": "i", "criteria": {f"o{i}": None for i in range(53)}}})),
+        "s1-request-id": request("POST", "/v1/systemone", CHOICE, {"x-request-id": "abc-123"}),
+        "s1-typesafe-id": request("POST", "/v1/systemone", CHOICE, {"x-typesafe-request-id": "t-9"}),
+        "s1-timeout": request("POST", "/v1/systemone", CHOICE, {"X-Tandem-Timeout-Ms": "2500"}),
+        "s1-bad-timeout": request("POST", "/v1/systemone", CHOICE, {"X-Tandem-Timeout-Ms": "0"}),
+        "s1-envoy-timeout": request("POST", "/v1/systemone", CHOICE,
+                                    {"x-envoy-expected-rq-timeout-ms": "15000"}),
+        "s1-zstd": request("POST", "/v1/systemone", zstd.compress(json.dumps(CHOICE).encode()),
+                           {"Content-Encoding": "zstd"}),
+        "s1-zstd-corrupt": request("POST", "/v1/systemone", b"\x28\xb5\x2f\xfd\x00\x58garbage",
+                                   {"Content-Encoding": "zstd"}),
+        "s1-zstd-bomb": request("POST", "/v1/systemone", zstd.compress(b" " * 100000),
+                                {"Content-Encoding": "zstd"}),
+        "s1-gzip-415": request("POST", "/v1/systemone", CHOICE, {"Content-Encoding": "gzip"}),
+        "s1-too-big-413": request("POST", "/v1/systemone", big),
+        "s1-pipeline": request("POST", "/v1/systemone", AS_SYSTEMONE),
+        "s1-pipeline-unknown": request("POST", "/v1/systemone", dict(AS_SYSTEMONE, model="pipelines/nope")),
+        "s1-pipeline-two-questions": request("POST", "/v1/systemone", dict(AS_SYSTEMONE, questions=dict(
+            AS_SYSTEMONE["questions"], more=AS_SYSTEMONE["questions"]["act"]))),
+        "pipeline": request("POST", "/v1/pipelines/decide", PIPELINE),
+        "pipeline-unknown": request("POST", "/v1/pipelines/nope", PIPELINE),
+        "pipeline-bad": request("POST", "/v1/pipelines/decide", {"state": "x", "candidates": {"a": "b"}}),
+        "pipeline-extra": request("POST", "/v1/pipelines/decide", dict(PIPELINE, max_attempts=1, x=1)),
+        "chat": request("POST", "/v1/chat/completions", CHAT),
+        "chat-stream": request("POST", "/v1/chat/completions", dict(CHAT, stream=True)),
+        "completions": request("POST", "/v1/completions", {"model": "writer", "prompt": "hi"}),
+        "embeddings": request("POST", "/v1/embeddings", {"model": "verifier", "input": "hi"}),
+        "admin-load": request("POST", "/admin/models/decider/load"),
+        "admin-unload": request("POST", "/admin/models/smollm2-decider/unload"),
+        "admin-unknown": request("POST", "/admin/models/nope/load"),
+        "admin-slash": request("POST", "/admin/models/a/b/unload"),
+        "405-get-systemone": request("GET", "/v1/systemone"),
+        "405-delete-health": request("DELETE", "/health", auth=False),
+        "404": request("GET", "/v2/nothing"),
+        "401-no-key": request("POST", "/v1/systemone", CHOICE, auth=False),
+        "401-wrong-key": request("GET", "/v1/models", headers={"Authorization": "Bearer nope"}),
+        "bearer-lowercase": request("GET", "/v1/status", headers={"Authorization": "bearer fuzz-key"}),
+        "absolute-uri": request("GET", "http://127.0.0.1:8090/v1/models"),
+        "percent-path": request("GET", "/v1/%6dodels?x=1&y=%zz"),
+        "lf-only": request("POST", "/v1/systemone", CHOICE, eol="\n"),
+        "put-body": request("PUT", "/v1/systemone", CHOICE),
+        "http10": request("GET", "/health", auth=False).replace(b"HTTP/1.1", b"HTTP/1.0", 1),
+        "folded-header": b"GET /v1/models HTTP/1.1\r\nAuthorization: Bearer\r\n fuzz-key\r\n"
+                         b"x-request-id: a\r\n\tb\r\n\r\n",
+    }
+    for name, raw in seeds.items():
+        (out / f"{name}.http").write_bytes(raw)
+    for name, body in s1_bodies():
+        (out / f"s1-case-{name}.http").write_bytes(request("POST", "/v1/systemone", body))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("--max-len", type=int, default=1 << 18)
+    args = ap.parse_args()
+    root = Path(args.dir)
+    writers = {"gguf": lambda d: gguf_seeds(d, args.max_len), "config": config_seeds,
+               "s1": s1_seeds, "tmpl": tmpl_seeds, "http": http_seeds}
+    for target, write in writers.items():
+        out = root / target
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        write(out)
+        print(f"make_seeds: {len(list(out.iterdir()))} {target} seeds in {out}")
 
 
 if __name__ == "__main__":
