@@ -32,7 +32,7 @@ PYTEST   := $(VENV)/bin/python -m pytest
 # $(call pkg,NAME,DEBIAN-PACKAGE,--cflags|--libs)
 pkg = $(if $(shell pkg-config --exists $(1) && echo yes),$(shell pkg-config $(3) $(1)),$(error $(1) not found by pkg-config: install the Debian package $(2) (or run `make deps`)))
 
-.PHONY: all test unit e2e layers asan fuzz fuzz-merge fuzz-replay fixtures deps venv run bench bench-plan clean help
+.PHONY: all test unit e2e layers asan fuzz fuzz-merge fuzz-replay fixtures deps venv run bench bench-plan soak clean help
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/tandem
@@ -51,6 +51,8 @@ help:
 	@echo "make deps       system packages, pinned engine (CUDA=1 for a CUDA build), test models, venv"
 	@echo "make fixtures   build the decision-model fixtures into ~/.cache/tandem/fixtures"
 	@echo "make bench      benchmarks; tables land in docs/"
+	@echo "make soak       the chaos soak: load, seeded faults, invariants, for SOAK_S seconds (default 300);"
+	@echo "                its table lands in docs/reliability.md"
 	@echo "make bench-plan the planner against the engine's own buffers (docs/planner-accuracy.md)"
 	@echo "make clean      remove build/ (the cache in ~/.cache/tandem stays)"
 
@@ -238,6 +240,15 @@ bench: deps all bench-plan
 	$(VENV)/bin/python bench/swap_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
 	$(VENV)/bin/python bench/placement_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
 	$(VENV)/bin/python bench/scaleout_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
+
+# The chaos soak (tests/soak/soak.py): real clients on two rotating fixtures and
+# a pipeline while engines are killed and stopped, configs reloaded, clients
+# hang up, the audit disk fills...; exits non-zero naming a broken invariant.
+SOAK_S ?= 300
+soak: deps all
+	@$(MAKE) --no-print-directory fixtures
+	$(VENV)/bin/python tests/soak/soak.py --tandem $(BUILD)/tandem --seconds $(SOAK_S) \
+	  --out docs/reliability.md
 
 bench-plan: deps all
 	@$(MAKE) --no-print-directory fixtures
