@@ -9,8 +9,8 @@ response_schema_conformance. tests/test_api.c checks that the contract and the r
 the same routes.
 
 The fuzzed run is bounded: at most EXAMPLES cases per operation and phase (about 900 requests
-in all, about 25 s here) within ST_TIMEOUT seconds, with a fixed seed so that `make test`
-sends the same requests every time. It covers every operation, the admin routes included:
+in all: about 45 s here, 60 s while other work shares the two cores) within ST_TIMEOUT
+seconds, with a fixed seed so that `make test` sends the same requests every time. It covers every operation, the admin routes included:
 their generated names are unknown (404), so they never change the served model's residency;
 stateful testing, which would feed them real names, is off (schemathesis.toml says why). The
 pipeline `decide` is the one the contract's examples name, so its answer is checked too."""
