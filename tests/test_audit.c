@@ -270,10 +270,35 @@ Test(audit, records_over_one_mib_are_too_big) {
     cr_expect_eq(audit_write(a, r), TANDEM_ERR_TOOBIG);
     json_decref(r);
     mem_free(pad);
+    struct audit_stats st;
+    audit_stats(a, &st);
+    cr_expect_eq(st.dropped, 2, "the records that could not be written are counted");
     audit_free(a);
     size_t len = 0;
     char *text = slurp(path, &len);
     cr_expect_eq(len, n + 1, "only the 1 MiB record, with its newline");
+    mem_free(text);
+}
+
+/* A body in the log is a client's bytes, cut at a limit: audit_text makes any
+ * of them a member that serialises, where jansson would refuse the line. */
+Test(audit, text_that_is_not_utf8_still_makes_a_line) {
+    const char *path = in_dir("audit.jsonl");
+    struct audit *a = NULL;
+    cr_assert_eq(audit_open(path, 0, 1, &a, NULL, 0), TANDEM_OK);
+    const char body[] = "{\"state\": \"\xff\xfe\", \"cut\": \"caf\xc3";
+    json_t *r = json_pack("{s:s}", "request_id", "r1");
+    json_object_set_new(r, "request_body", audit_text(body, sizeof body - 1));
+    cr_assert_eq(audit_write(a, r), TANDEM_OK);
+    json_decref(r);
+    audit_free(a);
+    char *text = slurp(path, NULL);
+    cr_assert_not_null(text);
+    json_t *back = json_loads(text, 0, NULL);
+    cr_assert_not_null(back, "%s", text);
+    cr_expect_str_eq(json_string_value(json_object_get(back, "request_body")),
+                     "{\"state\": \"\xef\xbf\xbd\xef\xbf\xbd\", \"cut\": \"caf\xef\xbf\xbd");
+    json_decref(back);
     mem_free(text);
 }
 

@@ -86,7 +86,6 @@ struct serve {
     struct sched *sched;
     struct api *api;
     struct http_server *server;
-    struct http_client *engines;
     struct remote *remote;           /* remote models' upstreams (NULL without any) */
     struct event *sig_term, *sig_int, *sig_hup, *ready_ev, *grace_ev, *delay_ev;
     struct event *audit_ev; /* every second: retry the audit lines waiting for the disk */
@@ -361,7 +360,7 @@ static int prepare(struct serve *sv, const char *llama_server, struct sched_mode
 static struct api_params api_params(struct serve *sv) {
     return (struct api_params){.cfg = sv->cfg, .models = sv->models, .n_models = sv->n,
                                .default_model = sv->default_model, .sched = sv->sched,
-                               .engines = sv->engines, .remote = sv->remote,
+                               .engines = sched_engine_client(sv->sched), .remote = sv->remote,
                                .metrics = sv->metrics, .audit = sv->audit,
                                .nvml = sv->nvml, .pipelines = sv->pipelines};
 }
@@ -622,7 +621,7 @@ static int run(struct serve *sv, const struct sched_model_spec *specs) {
         if (sched_add_model(sv->sched, &specs[k], &idx) != TANDEM_OK)
             return 1;
     }
-    if (!(sv->engines = http_client_new(sv->base)) || open_remote(sv))
+    if (open_remote(sv))
         return 1;
     nvml_new(NULL, &sv->nvml, NULL, 0); /* no driver: no GPU gauges */
     struct api_params ap = api_params(sv);
@@ -674,7 +673,6 @@ static void report_lost_audit_lines(struct audit *audit) {
 static void serve_free(struct serve *sv) {
     http_server_free(sv->server);
     api_free(sv->api);
-    http_client_free(sv->engines);
     remote_free(sv->remote);
     sched_free(sv->sched);
     struct event *evs[] = {sv->sig_term, sv->sig_int, sv->sig_hup, sv->ready_ev, sv->grace_ev,

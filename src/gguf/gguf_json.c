@@ -12,44 +12,12 @@
 
 #include "gguf/ggml_types.h"
 #include "base/mem.h"
-
-/* Length of the valid UTF-8 sequence at p (n bytes left), or 0 if invalid. */
-static size_t utf8_seq(const unsigned char *p, size_t n) {
-    unsigned c = p[0];
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!len || len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((p[i] & 0xC0) != 0x80)
-            return 0;
-    unsigned cp = len == 1 ? c : c & (0x7F >> len);
-    for (size_t i = 1; i < len; i++)
-        cp = (cp << 6) | (p[i] & 0x3F);
-    static const unsigned min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0; /* overlong, out of range or a surrogate */
-    return len;
-}
+#include "base/utf8.h"
 
 static json_t *sanitized(struct gguf_str s) {
-    const unsigned char *p = (const unsigned char *)s.ptr;
-    char *copy = mem_alloc_array((size_t)s.len + 1, 3); /* each bad byte grows to 3 */
-    if (!copy)
-        return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < s.len;) {
-        size_t len = utf8_seq(p + i, (size_t)s.len - i);
-        if (len) {
-            memcpy(copy + o, p + i, len);
-            o += len;
-            i += len;
-        } else {
-            memcpy(copy + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
-    json_t *j = json_stringn(copy, o);
+    size_t len;
+    char *copy = utf8_sanitize(s.ptr ? s.ptr : "", (size_t)s.len, &len);
+    json_t *j = copy ? json_stringn(copy, len) : NULL;
     mem_free(copy);
     return j;
 }

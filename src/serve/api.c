@@ -213,12 +213,13 @@ static void audit_call(struct call *c, int status, const char *error) {
     if (c->attempts)
         json_object_set_new(rec, "attempts", json_integer(c->attempts));
     if (error)
-        json_object_set_new(rec, "error", json_string(error));
+        json_object_set_new(rec, "error", audit_text(error, strlen(error)));
     if (a->p.cfg->log_bodies) {
         size_t n = c->body_len < AUDIT_BODY_MAX ? c->body_len : AUDIT_BODY_MAX;
-        json_object_set_new(rec, "request_body", json_stringn_nocheck(c->body ? c->body : "", n));
+        json_object_set_new(rec, "request_body", audit_text(c->body ? c->body : "", n));
         if (c->response_copy)
-            json_object_set_new(rec, "response_body", json_string_nocheck(c->response_copy));
+            json_object_set_new(rec, "response_body",
+                                audit_text(c->response_copy, strlen(c->response_copy)));
     }
     audit_write(a->p.audit, rec);
     json_decref(rec);

@@ -50,7 +50,7 @@ struct api_params {
     size_t n_models;
     size_t default_model;          /* index into models; SIZE_MAX = none */
     struct sched *sched;
-    struct http_client *engines;   /* upstream connections */
+    struct http_client *engines;   /* connections to local engines: sched_engine_client */
     struct remote *remote;         /* remote models; NULL when there are none */
     struct prom *metrics;          /* may be NULL */
     struct audit *audit;           /* may be NULL */

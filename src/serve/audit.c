@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "base/mem.h"
+#include "base/utf8.h"
 
 #define AUDIT_MAX_RECORD ((size_t)1 << 20) /* bytes of JSON, the "\n" not counted */
 #define AUDIT_PENDING_MAX ((size_t)4 << 20) /* lines waiting for the disk, in bytes */
@@ -281,14 +282,27 @@ static void queue_line(struct audit *a, const char *line, size_t n) {
         a->dropped++;
 }
 
+json_t *audit_text(const char *s, size_t n) {
+    json_t *j = json_stringn(s, n);
+    if (j)
+        return j;
+    size_t len;
+    char *copy = utf8_sanitize(s, n, &len);
+    j = copy ? json_stringn(copy, len) : NULL;
+    mem_free(copy);
+    return j;
+}
+
 tandem_err audit_write(struct audit *a, const json_t *record) {
     if (!a || !json_is_object(record))
         return TANDEM_ERR_INVAL;
     struct sink k = {.e = TANDEM_OK};
     mem_buf_init(&k.b, AUDIT_MAX_RECORD);
     tandem_err e = TANDEM_OK;
-    if (json_dump_callback(record, collect, &k, JSON_COMPACT | JSON_PRESERVE_ORDER) != 0)
+    if (json_dump_callback(record, collect, &k, JSON_COMPACT | JSON_PRESERVE_ORDER) != 0) {
         e = k.e ? k.e : TANDEM_ERR_NOMEM; /* otherwise it is jansson's own allocation */
+        a->dropped++;
+    }
     if (e == TANDEM_OK) {
         k.b.max = AUDIT_MAX_RECORD + 1; /* the cap is on the JSON; the newline always fits */
         e = mem_buf_append(&k.b, "\n", 1);

@@ -38,8 +38,14 @@ void audit_free(struct audit *a);
  * Returns TANDEM_ERR_IO when the line could not be written now: it waits in
  * the pending queue (or, past 4 MiB of pending lines, is dropped and
  * counted). TANDEM_ERR_NOMEM, TANDEM_ERR_TOOBIG for a record over 1 MiB
- * (nothing queued). */
+ * (nothing queued; counted as dropped, like any record that cannot be
+ * serialised). */
 tandem_err audit_write(struct audit *a, const json_t *record);
+
+/* A JSON string of s[n] that always serialises: bytes that are not valid
+ * UTF-8 (a client's body, a body cut at the log's limit) become U+FFFD.
+ * For the text members of a record. The caller owns it; NULL on OOM. */
+json_t *audit_text(const char *s, size_t n);
 
 /* Writes the pending lines, if any, oldest first, as many as the log takes
  * (each failed attempt counts in errors). TANDEM_OK when none is left,
@@ -49,7 +55,8 @@ tandem_err audit_flush(struct audit *a);
 struct audit_stats {
     size_t pending_lines, pending_bytes; /* waiting for the disk */
     uint64_t errors;                     /* failed write attempts */
-    uint64_t dropped;                    /* lines lost: the pending queue was full */
+    uint64_t dropped;                    /* lines lost: the pending queue was full, or
+                                          * a record could not be serialised */
     char last_error[256];                /* the last failure ("" = none) */
 };
 

@@ -12,6 +12,20 @@
  * request; every accessor and answer function checks for it first, and the
  * rest (body limit, path decoding, freeing) is the same code.
  *
+ * Read deadlines: libevent's timeout restarts with every byte read, so a
+ * client dribbling its headers a byte at a time (slowloris) would hold its
+ * connection forever. Every connection therefore gets a total deadline for
+ * reading a request: header_timeout from accept, idle_timeout +
+ * header_timeout after an answer on a kept-alive connection. We create each
+ * connection's bufferevent (evhttp_set_bevcb) and keep a reference to it on
+ * a watch list until the request is in; a sweep timer shuts the socket down
+ * once the deadline passes (libevent then reads EOF and frees the
+ * connection its own way), and drops a watch early when libevent has freed
+ * the connection (its event callback is cleared; the read callback is also
+ * cleared while an answer is written). The reference keeps the
+ * socket open, so the descriptor cannot be reused under a watch; the sweep
+ * runs every SWEEP_MS while any watch is on the list.
+ *
  * Client: one evhttp_connection per exchange in flight, reused from a per-
  * port idle list afterwards. A connection that failed or was cancelled is
  * freed, never reused (deferred to the loop when inside its own callback). */
@@ -26,10 +40,12 @@
 #include <event2/bufferevent.h>
 #include <event2/listener.h>
 
+#include "base/host.h"
 #include "base/mem.h"
 
 #define HARD_BODY_FLOOR (8ull << 20)
 #define UPSTREAM_TIMEOUT_S 86400 /* the scheduler's deadlines end exchanges, not this */
+#define SWEEP_MS 250              /* how often read deadlines are checked */
 
 struct http_conn {
     struct http_server *server;
@@ -37,6 +53,13 @@ struct http_conn {
     struct http_req *pending; /* the request awaiting its answer, if any */
     bool freeing;             /* we free evcon: its requests go with it */
     struct http_conn *next;
+};
+
+/* A connection reading a request, with the time by which it must be in. */
+struct read_watch {
+    struct bufferevent *bev; /* a reference of ours */
+    uint64_t deadline_ms;    /* monotonic */
+    struct read_watch *next;
 };
 
 struct http_server {
@@ -47,6 +70,8 @@ struct http_server {
     void *user;
     struct http_server_params limits;
     struct http_conn *conns;
+    struct read_watch *watches; /* connections reading a request */
+    struct event *sweep;        /* checks the watches' deadlines */
     uint32_t n_conns, n_pending;
     uint16_t port;
 };
@@ -157,6 +182,72 @@ static void watch_hangup(struct http_req *r) {
         event_add(r->watch, NULL);
 }
 
+/* --- read deadlines -------------------------------------------------------------------- */
+
+static void drop_watch(struct read_watch **p) {
+    struct read_watch *w = *p;
+    *p = w->next;
+    bufferevent_decref(w->bev);
+    mem_free(w);
+}
+
+static void arm_sweep(struct http_server *s) {
+    struct timeval tv = {0, SWEEP_MS * 1000};
+    if (s->watches && !evtimer_pending(s->sweep, NULL))
+        evtimer_add(s->sweep, &tv);
+}
+
+/* Shuts down the connections past their deadline, and forgets those
+ * libevent has freed. */
+static void on_sweep(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    struct http_server *s = arg;
+    uint64_t now = (uint64_t)host_now_ms();
+    for (struct read_watch **p = &s->watches; *p;) {
+        bufferevent_event_cb live; /* NULL once libevent freed it (bufferevent_free) */
+        bufferevent_getcb((*p)->bev, NULL, NULL, &live, NULL);
+        if (live && now < (*p)->deadline_ms) {
+            p = &(*p)->next;
+            continue;
+        }
+        if (live)
+            shutdown(bufferevent_getfd((*p)->bev), SHUT_RDWR);
+        drop_watch(p);
+    }
+    arm_sweep(s);
+}
+
+/* Gives bev until timeout_ms from now to deliver a whole request. */
+static void watch_read(struct http_server *s, struct bufferevent *bev, int64_t timeout_ms) {
+    struct read_watch *w = mem_alloc(sizeof *w);
+    if (!w)
+        return; /* libevent's own read timeout still applies */
+    bufferevent_incref(bev);
+    *w = (struct read_watch){bev, (uint64_t)(host_now_ms() + timeout_ms), s->watches};
+    s->watches = w;
+    arm_sweep(s);
+}
+
+/* The request on bev is in: its deadline no longer applies. */
+static void unwatch_read(struct http_server *s, struct bufferevent *bev) {
+    for (struct read_watch **p = &s->watches; *p; p = &(*p)->next)
+        if ((*p)->bev == bev) {
+            drop_watch(p);
+            return;
+        }
+}
+
+/* evhttp's bufferevent factory: a socket bufferevent that closes its socket
+ * when the last reference goes (ours may outlive libevent's), watched from
+ * accept. NULL lets libevent make its own. */
+static struct bufferevent *new_conn_bev(struct event_base *base, void *arg) {
+    struct http_server *s = arg;
+    struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (bev)
+        watch_read(s, bev, s->limits.header_timeout_ms);
+    return bev;
+}
+
 /* --- requests ------------------------------------------------------------------------- */
 
 /* Copies the body from in, or notes that it is over max bytes. */
@@ -192,6 +283,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
         evhttp_send_error(req, 500, "out of memory");
         return;
     }
+    unwatch_read(s, evhttp_connection_get_bufferevent(c->evcon));
     r->server = s;
     r->conn = c;
     r->req = req;
@@ -220,9 +312,12 @@ static void req_finish(struct http_req *r) {
         event_free(r->watch);
     if (r->conn) {
         r->conn->pending = NULL;
-        int64_t ms = r->server->limits.idle_timeout_ms;
+        const struct http_server_params *l = &r->server->limits;
+        int64_t ms = l->idle_timeout_ms;
         struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
         evhttp_connection_set_timeout_tv(r->conn->evcon, &tv);
+        watch_read(r->server, evhttp_connection_get_bufferevent(r->conn->evcon),
+                   l->idle_timeout_ms + l->header_timeout_ms);
     }
     if (r->server)
         r->server->n_pending--;
@@ -323,6 +418,19 @@ void http_req_reply(struct http_req *r, int status, const char *content_type, co
     req_finish(r);
 }
 
+/* While a stream is sent libevent keeps reading the socket, for close
+ * detection, under the connection's read timeout: a stream that pauses
+ * longer (an engine thinking, or stopped) would be cut. The client sends
+ * nothing meanwhile, so only the write timeout stays: a client that takes no
+ * data for idle_timeout is dropped. req_finish sets both back. */
+static void no_read_timeout(struct http_req *r) {
+    struct bufferevent *bev = r->conn ? evhttp_connection_get_bufferevent(r->conn->evcon) : NULL;
+    int64_t ms = r->server->limits.idle_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    if (bev)
+        bufferevent_set_timeouts(bev, NULL, &tv);
+}
+
 void http_req_stream_start(struct http_req *r, int status, const char *content_type) {
     r->streaming = true;
     set_close_if_over(r);
@@ -334,6 +442,7 @@ void http_req_stream_start(struct http_req *r, int status, const char *content_t
         r->detached->stream = evbuffer_new();
     } else if (r->req) {
         evhttp_send_reply_start(r->req, status, NULL);
+        no_read_timeout(r);
     }
 }
 
@@ -418,7 +527,9 @@ tandem_err http_server_new(struct event_base *base, const struct http_server_par
                            size_t errlen) {
     *out = NULL;
     struct http_server *s = mem_calloc(1, sizeof *s);
-    if (!s || !(s->evhttp = evhttp_new(base))) {
+    if (!s || !(s->evhttp = evhttp_new(base)) || !(s->sweep = evtimer_new(base, on_sweep, s))) {
+        if (s && s->evhttp)
+            evhttp_free(s->evhttp);
         mem_free(s);
         return TANDEM_ERR_NOMEM;
     }
@@ -433,12 +544,12 @@ tandem_err http_server_new(struct event_base *base, const struct http_server_par
                                               EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH |
                                               EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
     evhttp_set_gencb(s->evhttp, on_request, s);
+    evhttp_set_bevcb(s->evhttp, new_conn_bev, s);
     s->sock = evhttp_bind_socket_with_handle(s->evhttp, p->host, p->port);
     if (!s->sock) {
         tandem_errmsg(err, errlen, "cannot listen on %s:%u: %s", p->host, (unsigned)p->port,
                       strerror(errno));
-        evhttp_free(s->evhttp);
-        mem_free(s);
+        http_server_free(s);
         return TANDEM_ERR_IO;
     }
     struct sockaddr_storage ss;
@@ -457,6 +568,9 @@ void http_server_free(struct http_server *s) {
     for (struct http_conn *c = s->conns; c; c = c->next)
         c->freeing = true;
     evhttp_free(s->evhttp); /* frees the connections: on_conn_close unlinks each */
+    while (s->watches)
+        drop_watch(&s->watches);
+    event_free(s->sweep);
     mem_free(s);
 }
 

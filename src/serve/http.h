@@ -37,8 +37,9 @@ struct http_server_params {
     uint16_t port;              /* 0 = any free port (see http_server_port) */
     uint64_t max_body_bytes;    /* bodies are read up to a hard cap of max(8 x this, 8 MiB);
                                  * the handler sees http_req_body_too_big past this */
-    int64_t header_timeout_ms;  /* reading a new connection's first request */
-    int64_t idle_timeout_ms;    /* between requests on a kept-alive connection */
+    int64_t header_timeout_ms;  /* total time to read a new connection's first request */
+    int64_t idle_timeout_ms;    /* between requests on a kept-alive connection, where the
+                                 * next one must be in within this + header_timeout_ms */
     uint32_t max_connections;   /* connections with a request; more are answered 503 */
 };
 

@@ -1356,6 +1356,8 @@ static json_t *devices_json(const struct sched *s, const struct usage *used) {
     return a;
 }
 
+struct http_client *sched_engine_client(struct sched *s) { return s->http; }
+
 void sched_slots(const struct sched *s, uint32_t *busy, uint32_t *total) {
     *busy = *total = 0;
     for (size_t i = 0; i < s->n_models; i++) {

@@ -207,6 +207,11 @@ struct sched_counts {
 };
 void sched_model_counts(const struct sched *s, size_t index, struct sched_counts *out);
 
+/* The connection pool to the engines (owned by s, valid until sched_free).
+ * Every exchange with a local engine goes through it, so that an engine's
+ * pooled connections are freed when the engine goes. */
+struct http_client *sched_engine_client(struct sched *s);
+
 /* Engine slots of the resident models: *busy running a job, *total in all. */
 void sched_slots(const struct sched *s, uint32_t *busy, uint32_t *total);
 

@@ -293,6 +293,68 @@ def test_client_disconnect_frees_the_slot(serve_factory):
     assert any(l["status"] == 499 for l in audit_lines(s))
 
 
+def dribble_until_closed(sock, data, every=0.25, limit=10):
+    """Sends data a byte every `every` s (then waits) until the server closes
+    sock; returns the seconds that took, or None past limit."""
+    t0 = time.time()
+    sock.settimeout(every)
+    for i in range(10**6):
+        if time.time() - t0 > limit:
+            return None
+        try:
+            if i < len(data):
+                sock.send(data[i:i + 1])
+            if sock.recv(4096) == b"":
+                return time.time() - t0
+        except socket.timeout:
+            continue
+        except OSError:  # reset, or a send after the close
+            return time.time() - t0
+
+
+def test_slow_headers_are_cut_at_the_header_timeout(serve_factory):
+    """libevent's read timeout restarts with each byte; the header timeout
+    must bound the whole read (slowloris), and after an answer on a kept-alive
+    connection the idle timeout plus the header timeout bound the next one."""
+    s = serve_factory(config(limits="  header_timeout: 1s\n  idle_timeout: 2s"))
+    head = b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: a\r\n" * 100 + b"\r\n"
+    fresh = dribble_until_closed(socket.create_connection(("127.0.0.1", s.port)), head)
+    assert fresh is not None and 0.9 < fresh < 1.9, fresh
+    kept = socket.create_connection(("127.0.0.1", s.port))
+    kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert kept.recv(4096).startswith(b"HTTP/1.1 200")
+    after = dribble_until_closed(kept, head)
+    assert after is not None and 2.9 < after < 3.9, after
+    # a client that sends its request whole is served as before
+    assert http("GET", s.url + "/health")[0] == 200
+
+
+def test_a_stream_that_pauses_past_the_header_timeout_is_not_cut(serve_factory):
+    """libevent reads a connection during a streamed answer (to see a close)
+    under its read timeout; a pause in the stream longer than that (here the
+    engine SIGSTOPped for 2.5 s against a 1 s header timeout) must not cut it."""
+    s = serve_factory(config(limits="  header_timeout: 1s"))
+    assert s.systemone(choice("warm"))[0] == 200
+    pid = s.model(A)["pid"]
+    body = json.dumps({"model": A, "max_tokens": 60, "temperature": 0, "stream": True,
+                       "messages": [{"role": "user", "content": "Count to twenty."}]}).encode()
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                 b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    got = sock.recv(65536)
+    assert got.startswith(b"HTTP/1.1 200"), got[:200]
+    os.kill(pid, signal.SIGSTOP)
+    time.sleep(2.5)
+    os.kill(pid, signal.SIGCONT)
+    while b"0\r\n\r\n" not in got[-16:]:
+        chunk = sock.recv(65536)
+        assert chunk, "the stream was cut"
+        got += chunk
+    sock.close()
+    assert b"data: [DONE]" in got
+    assert [l["status"] for l in audit_lines(s) if l["route"] == "chat"] == [200]
+
+
 def test_auth_with_api_keys(serve_factory):
     s = serve_factory(config(extra="api_keys: [k-one, k-two]"))
     assert http("GET", s.url + "/health")[0] == 200  # no key needed

@@ -1,0 +1,51 @@
+/* utf8.c: UTF-8 validation and replacement of invalid bytes by U+FFFD.
+ *
+ * Decoding follows RFC 3629: a lead byte gives the length, continuation
+ * bytes must follow, and overlong forms, surrogates and code points past
+ * U+10FFFF are invalid. Replacement is per byte, so a cut sequence of three
+ * bytes becomes three U+FFFD; the copy is at most three times the input. */
+#include "base/utf8.h"
+
+#include <string.h>
+
+#include "base/mem.h"
+
+size_t utf8_seq(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (!len || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+    unsigned cp = len == 1 ? c : c & (0x7F >> len);
+    for (size_t i = 1; i < len; i++)
+        cp = (cp << 6) | (p[i] & 0x3F);
+    static const unsigned min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0; /* overlong, out of range or a surrogate */
+    return len;
+}
+
+char *utf8_sanitize(const char *s, size_t n, size_t *len) {
+    const unsigned char *p = (const unsigned char *)s;
+    char *copy = mem_alloc_array(n + 1, 3); /* each bad byte grows to 3 */
+    if (!copy)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq(p + i, n - i);
+        if (k) {
+            memcpy(copy + o, p + i, k);
+            o += k;
+            i += k;
+        } else {
+            memcpy(copy + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    copy[o] = '\0';
+    *len = o;
+    return copy;
+}

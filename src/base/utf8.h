@@ -1,0 +1,19 @@
+/* utf8.h: UTF-8 checks for text from outside (GGUF strings, request
+ * bodies) on its way into JSON, which jansson writes only when valid. */
+#ifndef TANDEM_UTF8_H
+#define TANDEM_UTF8_H
+
+#include <stddef.h>
+
+/* The length (1 to 4) of the valid UTF-8 sequence at p, with n bytes left;
+ * 0 when the bytes there are not one (a stray continuation byte, a cut,
+ * overlong or surrogate sequence, a code point past U+10FFFF). */
+size_t utf8_seq(const unsigned char *p, size_t n);
+
+/* A NUL-terminated copy of s[n] in which every byte that does not start a
+ * valid sequence is replaced by U+FFFD, as Python's decode(errors="replace")
+ * does; NUL bytes are kept. Its length goes to *len. The caller frees it with
+ * mem_free. NULL on allocation failure. */
+char *utf8_sanitize(const char *s, size_t n, size_t *len);
+
+#endif

@@ -1,0 +1,57 @@
+/* Unit tests for utf8: sequence lengths at the edges of RFC 3629, and the
+ * U+FFFD replacement, one per byte that does not start a valid sequence. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "base/mem.h"
+#include "base/utf8.h"
+
+static size_t seq(const char *s) { return utf8_seq((const unsigned char *)s, strlen(s)); }
+
+Test(utf8, sequence_lengths) {
+    cr_expect_eq(seq("a"), 1);
+    cr_expect_eq(seq("\xc3\xa9"), 2);
+    cr_expect_eq(seq("\xe8\xb7\xaf"), 3);
+    cr_expect_eq(seq("\xf0\x9f\x98\x80"), 4);
+    cr_expect_eq(seq("\xf4\x8f\xbf\xbf"), 4); /* U+10FFFF */
+}
+
+Test(utf8, invalid_sequences) {
+    cr_expect_eq(seq("\xff"), 0);
+    cr_expect_eq(seq("\x80"), 0);             /* a stray continuation byte */
+    cr_expect_eq(seq("\xc3"), 0);             /* cut */
+    cr_expect_eq(seq("\xe2\x98"), 0);         /* cut */
+    cr_expect_eq(seq("\xc0\xaf"), 0);         /* overlong '/' */
+    cr_expect_eq(seq("\xed\xa0\x80"), 0);     /* a surrogate */
+    cr_expect_eq(seq("\xf4\x90\x80\x80"), 0); /* past U+10FFFF */
+}
+
+Test(utf8, sanitize_replaces_each_bad_byte) {
+    const char in[] = "ok \xff caf\xc3\xa9 \xe2\x98";
+    size_t len = 0;
+    char *out = utf8_sanitize(in, sizeof in - 1, &len);
+    cr_assert_not_null(out);
+    /* per byte: the cut \xe2\x98 becomes two (Python's decoder would give one) */
+    const char want[] = "ok \xef\xbf\xbd caf\xc3\xa9 \xef\xbf\xbd\xef\xbf\xbd";
+    cr_expect_eq(len, sizeof want - 1);
+    cr_expect_eq(memcmp(out, want, sizeof want), 0);
+    mem_free(out);
+}
+
+Test(utf8, sanitize_keeps_nul_and_valid_text) {
+    const char in[] = "a\0b\xc3\xa9";
+    size_t len = 0;
+    char *out = utf8_sanitize(in, sizeof in - 1, &len);
+    cr_assert_not_null(out);
+    cr_expect_eq(len, sizeof in - 1);
+    cr_expect_eq(memcmp(out, in, sizeof in), 0);
+    mem_free(out);
+}
+
+Test(utf8, sanitize_allocation_failure) {
+    size_t len = 7;
+    mem_fail_after(0);
+    char *out = utf8_sanitize("x", 1, &len);
+    mem_fail_after(-1);
+    cr_expect_null(out);
+}
