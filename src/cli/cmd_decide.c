@@ -137,21 +137,6 @@ static tandem_err post(const struct decide_opts *o, const struct config *cfg, co
     return e;
 }
 
-/* The config's listen address as a URL a client can reach ("" for port 0). */
-static void daemon_url(const struct config *cfg, char *out, size_t cap) {
-    const char *h = cfg->listen_host;
-    if (!strcmp(h, "0.0.0.0"))
-        h = "127.0.0.1";
-    else if (!strcmp(h, "::"))
-        h = "::1";
-    bool v6 = strchr(h, ':') != NULL;
-    if (cfg->listen_port)
-        snprintf(out, cap, "http://%s%s%s:%u", v6 ? "[" : "", h, v6 ? "]" : "",
-                 (unsigned)cfg->listen_port);
-    else
-        out[0] = '\0';
-}
-
 /* --- a private daemon ------------------------------------------------------------------------ */
 
 struct private_daemon {
@@ -424,7 +409,7 @@ static int run(const struct decide_opts *o, const struct config *cfg, const json
     char url[300], err[1024];
     long status = 0;
     json_t *answer = NULL;
-    daemon_url(cfg, url, sizeof url);
+    config_listen_url(cfg, url, sizeof url);
     tandem_err e = TANDEM_ERR_REFUSED;
     if (url[0] && !o->private_only)
         e = post(o, cfg, url, req, &status, &answer, err, sizeof err);

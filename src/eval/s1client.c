@@ -156,16 +156,15 @@ static void quote(const char *s, size_t n, char *out, size_t cap) {
     out[m] = '\0';
 }
 
-tandem_err s1client_post(struct s1client *c, const char *body, size_t len, long *status,
-                         json_t **response, char *err, size_t errlen) {
+/* Runs the exchange set up on c's handle and parses the answer. */
+static tandem_err perform(struct s1client *c, long *status, json_t **response, char *err,
+                          size_t errlen) {
     *status = 0;
     *response = NULL;
     c->body.len = 0;
     if (c->body.data)
         c->body.data[0] = '\0';
     c->curl_err[0] = '\0';
-    curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     CURLcode rc = curl_easy_perform(c->curl);
     if (rc != CURLE_OK) {
         const char *why = c->curl_err[0] ? c->curl_err : curl_easy_strerror(rc);
@@ -190,4 +189,17 @@ tandem_err s1client_post(struct s1client *c, const char *body, size_t len, long 
                       c->body.len ? q : "(empty)");
     }
     return TANDEM_OK;
+}
+
+tandem_err s1client_post(struct s1client *c, const char *body, size_t len, long *status,
+                         json_t **response, char *err, size_t errlen) {
+    curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    return perform(c, status, response, err, errlen);
+}
+
+tandem_err s1client_get(struct s1client *c, long *status, json_t **response, char *err,
+                        size_t errlen) {
+    curl_easy_setopt(c->curl, CURLOPT_HTTPGET, 1L);
+    return perform(c, status, response, err, errlen);
 }

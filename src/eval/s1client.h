@@ -1,5 +1,5 @@
 /* s1client.h: a client of POST /v1/systemone (or another JSON route, such as
- * /v1/pipelines/NAME) on any endpoint.
+ * /v1/pipelines/NAME, or GET /v1/status) on any endpoint.
  *
  * The only module that knows libcurl. One handle holds one connection (kept
  * alive between requests) and must be used by one thread at a time; run K
@@ -57,5 +57,10 @@ const char *s1client_url(const struct s1client *c);
  * *response is NULL then. */
 tandem_err s1client_post(struct s1client *c, const char *body, size_t len, long *status,
                          json_t **response, char *err, size_t errlen);
+
+/* GETs the client's path (a status route) and waits for the answer; returns
+ * as s1client_post. A later s1client_post sets the method back to POST. */
+tandem_err s1client_get(struct s1client *c, long *status, json_t **response, char *err,
+                        size_t errlen);
 
 #endif

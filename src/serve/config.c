@@ -1501,6 +1501,21 @@ static void free_upstream(struct config_upstream *u) {
     mem_free(u);
 }
 
+/* The config's listen address as a URL a client can reach ("" for port 0). */
+void config_listen_url(const struct config *cfg, char *out, size_t cap) {
+    const char *h = cfg->listen_host;
+    if (!strcmp(h, "0.0.0.0"))
+        h = "127.0.0.1";
+    else if (!strcmp(h, "::"))
+        h = "::1";
+    bool v6 = strchr(h, ':') != NULL;
+    if (cfg->listen_port)
+        snprintf(out, cap, "http://%s%s%s:%u", v6 ? "[" : "", h, v6 ? "]" : "",
+                 (unsigned)cfg->listen_port);
+    else
+        out[0] = '\0';
+}
+
 void config_free(struct config *c) {
     if (!c)
         return;

@@ -215,6 +215,11 @@ tandem_err config_load_buffer(const char *name, const char *data, size_t len, st
 /* Releases c and everything it owns. config_free(NULL) is a no-op. */
 void config_free(struct config *c);
 
+/* The config's listen address as a URL a client on this host can reach
+ * ("http://127.0.0.1:8090"; a wildcard address becomes loopback) into
+ * out[cap]; "" when the port is 0 (any free port). */
+void config_listen_url(const struct config *cfg, char *out, size_t cap);
+
 /* Returns the model whose name or alias equals name (borrowed), or NULL.
  * The pointer is owned by c. */
 const struct config_model *config_find_model(const struct config *c, const char *name);

@@ -114,6 +114,7 @@ struct smodel {
     bool draining, stop_asked;
     int64_t last_used, load_started, ready_at, retry_at;
     uint64_t loads, evictions, crash_total, prefetches, lookaheads, retries;
+    uint64_t answered; /* jobs that ran to a successful end */
     uint64_t measured_gpu, measured_host;
     bool handed_off;         /* its last client moved on to another model (lookahead) */
     bool prefetched;         /* its file was read ahead for the next load (once per load) */
@@ -482,6 +483,7 @@ void sched_job_done(struct sched_job *j, bool ok) {
     struct smodel *m = j->m;
     if (ok && j->phase == JOB_RUNNING) {
         m->relapses = 0;
+        m->answered++;
         note_answer(m, j, host_now_ms());
     }
     if (j->next != NO_MODEL && j->phase == JOB_RUNNING)
@@ -1299,6 +1301,15 @@ const char *sched_model_failure(const struct sched *s, size_t i, int64_t *retry_
 
 static json_t *ms_or_null(int64_t ms) { return ms >= 0 ? json_integer(ms) : json_null(); }
 
+/* Milliseconds until keep_alive unloads m, were it to stay idle; -1 when it
+ * will not (not resident, busy, pinned, or kept forever). */
+static int64_t until_unload(const struct smodel *m, int64_t now) {
+    if (m->state != SCHED_RESIDENT || !idle(m) || m->pin || m->keep_alive_ms < 0)
+        return -1;
+    int64_t left = m->keep_alive_ms - (now - m->last_used);
+    return left > 0 ? left : 0;
+}
+
 static json_t *model_json(const struct smodel *m, int64_t now) {
     json_t *j = json_object();
     char dev[16];
@@ -1326,6 +1337,10 @@ static json_t *model_json(const struct smodel *m, int64_t now) {
     json_object_set_new(j, "queued", json_integer(m->n_waiting));
     json_object_set_new(j, "pinned", json_boolean(m->pin));
     json_object_set_new(j, "idle_ms", m->last_used ? json_integer(now - m->last_used) : json_null());
+    json_object_set_new(j, "keep_alive_ms", m->keep_alive_ms >= 0 ? json_integer(m->keep_alive_ms)
+                                                                  : json_null());
+    json_object_set_new(j, "until_ms", ms_or_null(until_unload(m, now)));
+    json_object_set_new(j, "answered", json_integer((json_int_t)m->answered));
     json_object_set_new(j, "loads", json_integer((json_int_t)m->loads));
     json_object_set_new(j, "evictions", json_integer((json_int_t)m->evictions));
     json_object_set_new(j, "crashes", json_integer((json_int_t)m->crash_total));
