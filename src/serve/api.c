@@ -677,6 +677,13 @@ static void on_job_start(struct sched_job *job, uint16_t port, void *user) {
         sched_job_upstream_failed(c->job, "cannot connect to the engine");
 }
 
+/* Notes that c is refused because its model is failed (a crash loop):
+ * Retry-After then points at the end of the back-off, backoff_ms away. */
+static void refused_failed(struct call *c, int64_t backoff_ms) {
+    c->reject = "model_failed";
+    c->retry_after = (long)((backoff_ms + 999) / 1000);
+}
+
 static void on_job_fail(struct sched_job *job, int status, const char *type, const char *message,
                         void *user) {
     struct call *c = user;
@@ -688,9 +695,10 @@ static void on_job_fail(struct sched_job *job, int status, const char *type, con
                               "loading_ms", (json_int_t)c->timing.loading_ms, "running_ms",
                               (json_int_t)c->timing.running_ms);
     json_object_set_new(extra, "model", json_string(c->model->cm->name));
-    c->reject = failed ? "model_failed" : rejection(c->api, status, message);
     if (failed)
-        c->retry_after = (long)((backoff + 999) / 1000);
+        refused_failed(c, backoff);
+    else
+        c->reject = rejection(c->api, status, message);
     fail_call(c, status, type, message, NULL, extra);
 }
 
@@ -699,8 +707,7 @@ static void on_job_fail(struct sched_job *job, int status, const char *type, con
 static void on_job_retry(struct sched_job *job, void *user) {
     (void)job;
     struct call *c = user;
-    if (c->up)
-        http_upstream_cancel(c->up);
+    http_upstream_cancel(c->up);
     c->up = NULL;
 }
 
@@ -822,8 +829,7 @@ static void submit_remote(struct call *c, int64_t due) {
 static void fail_model_failed(struct call *c) {
     int64_t backoff = 0;
     const char *cause = sched_model_failure(c->api->p.sched, c->model->sched_index, &backoff);
-    c->reject = "model_failed";
-    c->retry_after = (long)((backoff + 999) / 1000);
+    refused_failed(c, backoff);
     fail_call(c, 503, "unavailable_error", cause ? cause : "the model's engine failed", NULL,
               NULL);
 }

@@ -535,8 +535,7 @@ static void on_job_start(struct sched_job *job, uint16_t port, void *user) {
 static void on_job_retry(struct sched_job *job, void *user) {
     (void)job;
     struct pipeline_run *r = user;
-    if (r->up)
-        http_upstream_cancel(r->up);
+    http_upstream_cancel(r->up);
     r->up = NULL;
     r->resends++;
 }

@@ -674,16 +674,15 @@ static uint32_t recent_crashes(const struct smodel *m, int64_t now) {
 }
 
 /* Marks m failed for a back-off that doubles with each relapse: its jobs,
- * running or waiting, and new ones until then get 503 naming the cause. */
+ * running or waiting, and new ones until then get 503 naming the cause
+ * (which must not be m->last_error, rewritten here). */
 static void mark_failed(struct smodel *m, const char *cause) {
     int64_t backoff = (int64_t)FAILED_BACKOFF_FIRST_MS << (m->relapses < 8 ? m->relapses : 8);
     backoff = backoff < FAILED_BACKOFF_MAX_MS ? backoff : FAILED_BACKOFF_MAX_MS;
     m->relapses++;
     m->retry_at = host_now_ms() + backoff;
-    char why[sizeof m->last_error];
-    snprintf(why, sizeof why, "%s", cause);
     tandem_errmsg(m->last_error, sizeof m->last_error, "model %s failed: %s; next try in %lld s",
-                  m->name, why, (long long)((backoff + 999) / 1000));
+                  m->name, cause, (long long)((backoff + 999) / 1000));
     set_state(m, SCHED_FAILED);
     fail_running(m, 503, "unavailable_error", m->last_error);
     fail_waiting(m, 503, "unavailable_error", m->last_error);
