@@ -32,7 +32,8 @@ PYTEST   := $(VENV)/bin/python -m pytest
 # $(call pkg,NAME,DEBIAN-PACKAGE,--cflags|--libs)
 pkg = $(if $(shell pkg-config --exists $(1) && echo yes),$(shell pkg-config $(3) $(1)),$(error $(1) not found by pkg-config: install the Debian package $(2) (or run `make deps`)))
 
-.PHONY: all test unit e2e layers asan fuzz fuzz-merge fuzz-replay fixtures deps venv run bench bench-plan soak clean help
+.PHONY: all test unit e2e layers asan fuzz fuzz-merge fuzz-replay fixtures deps venv run bench bench-plan soak clean help \
+        install uninstall
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/tandem
@@ -54,6 +55,9 @@ help:
 	@echo "make soak       the chaos soak: load, seeded faults, invariants, for SOAK_S seconds (default 300);"
 	@echo "                its table lands in docs/reliability.md"
 	@echo "make bench-plan the planner against the engine's own buffers (docs/planner-accuracy.md)"
+	@echo "make install    build/tandem, the pinned engine, the systemd unit and an example config into"
+	@echo "                \$$(DESTDIR)\$$(PREFIX) (default /usr/local); needs \`make deps\` first (README, Install)"
+	@echo "make uninstall  remove what make install put there (a changed config stays)"
 	@echo "make clean      remove build/ (the cache in ~/.cache/tandem stays)"
 
 # --- generated header: the pins the binary reports -------------------------
@@ -64,15 +68,26 @@ $(BUILD)/gen/version.h: scripts/pins.env
 	  '#define TANDEM_ENGINE_BUILD $(ENGINE_BUILD)' \
 	  '#define TANDEM_ENGINE_COMMIT "$(ENGINE_COMMIT)"' > $@.tmp && mv $@.tmp $@
 
-# --- generated header: the API contract that GET /openapi.yaml serves ----------
-# The bytes of docs/openapi.yaml as a C array, included by src/serve/api.c only,
-# so the binary needs no file at run time.
+# --- generated headers: files the binary serves --------------------------------
+# $(call embed,NAME,FILE): FILE's bytes as `static const unsigned char NAME[]`.
+# docs/openapi.yaml (GET /openapi.yaml) and the dashboard's files (GET /ui, ui/*)
+# are included by src/serve/api.c only, so the binary needs no file at run time.
+embed = { echo 'static const unsigned char $(1)[] = {'; \
+	  od -An -v -tx1 $(2) | sed 's/\([0-9a-f][0-9a-f]\)/0x\1,/g'; echo '};'; }
+
+UI_FILES := ui/index.html ui/app.css ui/app.js
+
 $(BUILD)/gen/openapi_yaml.h: docs/openapi.yaml
 	@mkdir -p $(@D)
 	@{ echo '/* generated from docs/openapi.yaml by the Makefile; do not edit */'; \
-	  echo 'static const unsigned char openapi_yaml[] = {'; \
-	  od -An -v -tx1 $< | sed 's/\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
-	  echo '};'; } > $@.tmp && mv $@.tmp $@
+	  $(call embed,openapi_yaml,$<); } > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/ui_assets.h: $(UI_FILES)
+	@mkdir -p $(@D)
+	@{ echo '/* generated from ui/ by the Makefile; do not edit */'; \
+	  $(call embed,ui_index_html,ui/index.html); \
+	  $(call embed,ui_app_css,ui/app.css); \
+	  $(call embed,ui_app_js,ui/app.js); } > $@.tmp && mv $@.tmp $@
 
 # --- objects, binaries and the unit runner, for one flavour ------------------
 # $(call flavour,DIR,EXTRA-CFLAGS[,COMPILER])
@@ -85,7 +100,7 @@ $(1)/tests/%.o: tests/%.c $(BUILD)/gen/version.h
 	@mkdir -p $$(@D)
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$(LIB_CFLAGS) $$(call pkg,criterion,libcriterion-dev,--cflags) -c -o $$@ $$<
 
-$(1)/obj/serve/api.o: $(BUILD)/gen/openapi_yaml.h
+$(1)/obj/serve/api.o: $(BUILD)/gen/openapi_yaml.h $(BUILD)/gen/ui_assets.h
 
 $(1)/tandem: $(SRC:src/%.c=$(1)/obj/%.o)
 	$$(CC) $(2) -o $$@ $$^ $$(LDLIBS)
@@ -185,6 +200,74 @@ $(VENV)/.stamp: tests/e2e/requirements.txt
 	@$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r $<
 	@touch $@
 
+# --- install: tandem, its engine, the systemd unit ---------------------------------
+# `make install` copies into $(DESTDIR)$(PREFIX) (README, Install):
+#   bin/tandem                          INSTALL_BIN (default build/tandem, built if stale)
+#   libexec/tandem/llama-server, llama-quantize, BUILD-INFO
+#                                       the pinned engine, from ENGINE_DIR (the cache)
+#   lib/systemd/system/tandem.service   examples/tandem.service, @BINDIR@, @SYSCONFDIR@
+#                                       and @DOCDIR@ replaced by the installed paths
+#   share/doc/tandem/                   serve.md, config.md, examples/tandem.yaml
+# and $(SYSCONFDIR)/tandem/tandem.yaml, the example, only when no config is there.
+# tandem finds its engine as ../libexec/tandem/llama-server from its own binary
+# (src/engine/engine.c), so bin/ and libexec/ are not separately configurable. The
+# engine is a static build (BUILD_SHARED_LIBS=OFF: no libllama/libggml, no RPATH; only
+# system libraries), so a copy runs anywhere; install checks with ldd, without
+# LD_LIBRARY_PATH, that they resolve (a CUDA engine also needs the CUDA runtime and driver).
+# `make uninstall` removes those files (the config only while it is byte-identical
+# to the example) and the tandem folders it leaves empty; never the shared parents.
+PREFIX      ?= /usr/local
+SYSCONFDIR  ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+DOCDIR      ?= $(PREFIX)/share/doc/tandem
+INSTALL_BIN ?= $(BUILD)/tandem
+ENGINE_DIR  ?= $(or $(TANDEM_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tandem)/engine/b$(ENGINE_BUILD)
+LIBEXECDIR  := $(PREFIX)/libexec/tandem
+INSTALL_DOCS := docs/serve.md docs/config.md
+I_CONF      := $(DESTDIR)$(SYSCONFDIR)/tandem/tandem.yaml
+I_EXAMPLE   := $(DESTDIR)$(DOCDIR)/examples/tandem.yaml
+I_UNIT      := $(DESTDIR)$(UNITDIR)/tandem.service
+
+install: $(INSTALL_BIN)
+	@test -x $(ENGINE_DIR)/bin/llama-server || { echo "make install: no engine at" \
+	  "$(ENGINE_DIR)/bin/llama-server: run \`make deps\` first, or name the cache that" \
+	  "holds it (TANDEM_CACHE=DIR or ENGINE_DIR=DIR; under sudo, HOME is root's)" >&2; exit 1; }
+	install -D -m 755 $(INSTALL_BIN) $(DESTDIR)$(PREFIX)/bin/tandem
+	install -D -m 755 $(ENGINE_DIR)/bin/llama-server $(DESTDIR)$(LIBEXECDIR)/llama-server
+	@if [ -x $(ENGINE_DIR)/bin/llama-quantize ]; then \
+	  echo "install -D -m 755 $(ENGINE_DIR)/bin/llama-quantize $(DESTDIR)$(LIBEXECDIR)/llama-quantize"; \
+	  install -D -m 755 $(ENGINE_DIR)/bin/llama-quantize $(DESTDIR)$(LIBEXECDIR)/llama-quantize; \
+	else echo "make install: note: $(ENGINE_DIR) has no llama-quantize; \`tandem quantize\` will not work"; fi
+	install -D -m 644 $(ENGINE_DIR)/BUILD-INFO $(DESTDIR)$(LIBEXECDIR)/BUILD-INFO
+	install -d -m 755 $(dir $(I_UNIT))
+	sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+	  -e 's|@DOCDIR@|$(DOCDIR)|g' examples/tandem.service > $(I_UNIT).tmp
+	@! grep -n '@[A-Z_]*@' $(I_UNIT).tmp || { rm -f $(I_UNIT).tmp; \
+	  echo "make install: examples/tandem.service: a placeholder left unreplaced (above)" >&2; exit 1; }
+	chmod 644 $(I_UNIT).tmp && mv $(I_UNIT).tmp $(I_UNIT)
+	install -D -m 644 -t $(DESTDIR)$(DOCDIR) $(INSTALL_DOCS)
+	install -D -m 644 examples/tandem.yaml $(I_EXAMPLE)
+	@if [ -e $(I_CONF) ]; then echo "make install: kept the existing $(I_CONF)"; else \
+	  echo "install -D -m 644 examples/tandem.yaml $(I_CONF)"; \
+	  install -D -m 644 examples/tandem.yaml $(I_CONF); fi
+	@missing=$$(env -u LD_LIBRARY_PATH ldd $(DESTDIR)$(LIBEXECDIR)/llama-server 2>&1 | grep 'not found'); \
+	  [ -z "$$missing" ] || printf '%s\n' "make install: warning: the engine needs libraries" \
+	  "this machine lacks (fine if it is meant for another machine):" "$$missing" >&2
+	@echo "make install: done; then: systemctl daemon-reload && systemctl enable --now tandem"
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/tandem $(I_UNIT) $(I_UNIT).tmp \
+	  $(addprefix $(DESTDIR)$(LIBEXECDIR)/,llama-server llama-quantize BUILD-INFO) \
+	  $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(INSTALL_DOCS)))
+	@if [ -f $(I_CONF) ] && ! cmp -s $(I_CONF) $(I_EXAMPLE) && ! cmp -s $(I_CONF) examples/tandem.yaml; \
+	  then echo "make uninstall: kept $(I_CONF): it differs from the example"; \
+	  else echo "rm -f $(I_CONF)"; rm -f $(I_CONF); fi
+	rm -f $(I_EXAMPLE)
+	@for d in $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) $(DESTDIR)$(LIBEXECDIR) \
+	  $(DESTDIR)$(SYSCONFDIR)/tandem; do [ ! -d $$d ] || rmdir --ignore-fail-on-non-empty $$d; done
+	@[ ! -L $(DESTDIR)/etc/systemd/system/multi-user.target.wants/tandem.service ] || echo \
+	  "make uninstall: tandem.service is still enabled: systemctl disable --now tandem"
+
 # --- tests --------------------------------------------------------------------
 # The include-layer rule, read from docs/architecture.md's Layers table; the
 # self-test first proves that the check refuses each kind of violation.
@@ -240,6 +323,7 @@ bench: deps all bench-plan
 	$(VENV)/bin/python bench/swap_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
 	$(VENV)/bin/python bench/placement_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
 	$(VENV)/bin/python bench/scaleout_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
+	$(VENV)/bin/python bench/load_progress.py --out docs/benchmarks.md
 
 # The chaos soak (tests/soak/soak.py): real clients on two rotating fixtures and
 # a pipeline while engines are killed and stopped, configs reloaded, clients

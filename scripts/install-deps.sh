@@ -13,7 +13,8 @@ PACKAGES=(
   libcriterion-dev                     # C unit tests
   clang libfuzzer-14-dev libclang-rt-14-dev   # fuzzing (make fuzz) and sanitizers
   python3 python3-venv python3-pip     # end-to-end tests run under pytest in a venv
-  chromium                             # renders tandem eval's HTML report in the e2e tests
+  chromium                             # renders tandem eval's HTML report and drives /ui in the e2e tests
+  chromium-driver                      # Selenium drives headless Chromium through it (tests/e2e/test_ui.py)
   haproxy                              # a scale-out front in the e2e tests (examples/scale-out/haproxy.cfg)
   prometheus                           # its promtool checks /metrics in the e2e tests (promtool check metrics)
 )

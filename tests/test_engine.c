@@ -110,6 +110,35 @@ Test(engine, locate_prefers_flag_then_env_then_cache, .init = make_dir, .fini = 
     cr_expect_str_eq(out, want, "the missing path is still named");
 }
 
+Test(engine, libexec_path_is_beside_the_binarys_folder) {
+    char out[128];
+    cr_assert_eq(engine_libexec_path("/usr/local/bin/tandem", out, sizeof out), TANDEM_OK);
+    cr_expect_str_eq(out, "/usr/local/libexec/tandem/llama-server");
+    cr_assert_eq(engine_libexec_path("/tmp/d/usr/bin/tandem", out, sizeof out), TANDEM_OK);
+    cr_expect_str_eq(out, "/tmp/d/usr/libexec/tandem/llama-server", "under a DESTDIR");
+    cr_assert_eq(engine_libexec_path("/bin/tandem", out, sizeof out), TANDEM_OK);
+    cr_expect_str_eq(out, "/libexec/tandem/llama-server");
+    cr_assert_eq(engine_libexec_path("/tandem", out, sizeof out), TANDEM_OK);
+    cr_expect_str_eq(out, "/libexec/tandem/llama-server", "the root is its own parent");
+}
+
+Test(engine, libexec_path_refuses_relative_and_long_paths) {
+    char out[40] = "x";
+    cr_expect_eq(engine_libexec_path("bin/tandem", out, sizeof out), TANDEM_ERR_INVAL);
+    cr_expect_str_eq(out, "");
+    cr_expect_eq(engine_libexec_path(NULL, out, sizeof out), TANDEM_ERR_INVAL);
+    cr_expect_eq(engine_libexec_path("/a-rather-long-prefix/bin/tandem", out, sizeof out),
+                 TANDEM_ERR_TOOBIG);
+    cr_expect_str_eq(out, "", "nothing cut is left behind");
+}
+
+Test(engine, source_names) {
+    cr_expect_str_eq(engine_source_name(ENGINE_SOURCE_FLAG), "--llama-server");
+    cr_expect_str_eq(engine_source_name(ENGINE_SOURCE_ENV), "TANDEM_LLAMA_SERVER");
+    cr_expect_str_eq(engine_source_name(ENGINE_SOURCE_CACHE), "cache");
+    cr_expect_str_eq(engine_source_name(ENGINE_SOURCE_LIBEXEC), "libexec");
+}
+
 Test(engine, locate_refuses_non_executables, .init = make_dir, .fini = remove_dir) {
     char out[256], path[128];
     enum engine_source src;

@@ -6,6 +6,8 @@
 #include "base/host.h"
 
 #include <ctype.h>
+#include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -67,4 +69,18 @@ int64_t host_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+tandem_err host_proc_field(long pid, const char *file, const char *field, uint64_t *out) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%ld/%s", pid, file);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return TANDEM_ERR_IO;
+    size_t n = strlen(field);
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = !strncmp(line, field, n) && sscanf(line + n, "%" SCNu64, out) == 1;
+    fclose(f);
+    return found ? TANDEM_OK : TANDEM_ERR_NOTFOUND;
 }

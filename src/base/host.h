@@ -20,6 +20,12 @@ tandem_err host_memory_parse(const char *meminfo, struct host_memory *out);
  * file cannot be read, else as host_memory_parse(). */
 tandem_err host_memory_read(struct host_memory *out);
 
+/* Reads the number after field (e.g. "VmRSS:", with its colon) in
+ * /proc/<pid>/<file> ("status", "io") into *out (output; as written there:
+ * status gives kB). Returns TANDEM_ERR_IO when the file cannot be read (the
+ * process is gone), TANDEM_ERR_NOTFOUND when no line has field. */
+tandem_err host_proc_field(long pid, const char *file, const char *field, uint64_t *out);
+
 /* Milliseconds on the monotonic clock (CLOCK_MONOTONIC): for deadlines and
  * durations, never for wall time. */
 int64_t host_now_ms(void);

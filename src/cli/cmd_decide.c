@@ -32,6 +32,7 @@
 
 #include <jansson.h>
 
+#include "cli/load_progress.h"
 #include "serve/config.h"
 #include "base/host.h"
 #include "eval/s1client.h"
@@ -130,8 +131,10 @@ static tandem_err post(const struct decide_opts *o, const struct config *cfg, co
     struct s1client *c;
     tandem_err e = s1client_new(&p, &c, err, errlen);
     char *body = e == TANDEM_OK ? json_dumps(req, JSON_COMPACT) : NULL;
+    struct load_watch *watch = body ? load_watch_start(base, p.api_key) : NULL;
     if (e == TANDEM_OK && body)
         e = s1client_post(c, body, strlen(body), status, answer, err, errlen);
+    load_watch_stop(watch);
     free(body);
     s1client_free(c);
     return e;

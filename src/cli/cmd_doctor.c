@@ -32,8 +32,9 @@ static void usage(FILE *f) {
             "whether it serves /v1/systemone, b%d or newer), the model cache, host RAM\n"
             "and NVIDIA GPUs (through NVML, when a driver is installed).\n"
             "\n"
-            "  --llama-server PATH  check this engine binary instead of $TANDEM_LLAMA_SERVER\n"
-            "                       or the pinned build b%d in the cache\n"
+            "  --llama-server PATH  check this engine binary instead of $TANDEM_LLAMA_SERVER,\n"
+            "                       the engine installed beside tandem (make install), or\n"
+            "                       the pinned build b%d in the cache\n"
             "  -h, --help           show this help\n"
             "\n"
             "Exit status: 0 when the engine can serve decision models, 1 otherwise.\n",

@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "base/units.h"
+#include "cli/load_progress.h"
 #include "eval/s1client.h"
 #include "serve/config.h"
 
@@ -159,8 +160,9 @@ static json_t *ps_rows(const json_t *status) {
         model_bytes(m, &planned, &measured);
         json_array_append_new(
             models,
-            json_pack("{s:O, s:O, s:O, s:I, s:o, s:O, s:I, s:I, s:I, s:I}", "name",
-                      json_object_get(m, "name"), "state", json_object_get(m, "state"), "device",
+            json_pack("{s:O, s:O, s:O, s:O, s:I, s:o, s:O, s:I, s:I, s:I, s:I}", "name",
+                      json_object_get(m, "name"), "state", json_object_get(m, "state"),
+                      "progress", json_object_get(m, "progress"), "device",
                       json_object_get(m, "device"), "planned_bytes", (json_int_t)planned,
                       "measured_bytes", measured ? json_integer((json_int_t)measured) : json_null(),
                       "until_ms", json_object_get(m, "until_ms"), "running",
@@ -207,6 +209,11 @@ static void print_table(const json_t *status) {
     const json_t *q = json_object_get(status, "queue");
     printf("queue: %lld waiting (depth %lld)\n", (long long)int_of(q, "waiting"),
            (long long)int_of(q, "depth"));
+    json_array_foreach(json_object_get(status, "models"), i, m) {
+        char line[256];
+        if (isatty(STDOUT_FILENO) && load_progress_text(m, line, sizeof line))
+            printf("%s\n", line);
+    }
 }
 
 static int show(const struct ps_opts *o, const char *base) {

@@ -84,6 +84,7 @@ struct serve {
     struct nvml *nvml; /* NULL without an NVIDIA driver */
     struct audit *audit;
     struct sched *sched;
+    struct events *events; /* GET /v1/events */
     struct api *api;
     struct http_server *server;
     struct remote *remote;           /* remote models' upstreams (NULL without any) */
@@ -98,8 +99,9 @@ static void usage(FILE *f) {
             "\n"
             "Serves the models of a tandem.yaml (docs/config.md): POST /v1/systemone,\n"
             "OpenAI-style /v1/chat/completions, /v1/completions and /v1/embeddings,\n"
-            "GET /v1/models, /health, /v1/status, /metrics, and\n"
-            "POST /admin/models/{name}/load|unload (docs/serve.md).\n"
+            "GET /v1/models, /health, /v1/status, /metrics, the event stream\n"
+            "GET /v1/events, POST /admin/models/{name}/load|unload (docs/serve.md),\n"
+            "and a dashboard at http://ADDR:PORT/ui (docs/ui.md).\n"
             "Models load on demand and stay resident while they fit the budget.\n"
             "\n"
             "  --config FILE      the configuration (required)\n"
@@ -362,7 +364,8 @@ static struct api_params api_params(struct serve *sv) {
                                .default_model = sv->default_model, .sched = sv->sched,
                                .engines = sched_engine_client(sv->sched), .remote = sv->remote,
                                .metrics = sv->metrics, .audit = sv->audit,
-                               .nvml = sv->nvml, .pipelines = sv->pipelines};
+                               .nvml = sv->nvml, .pipelines = sv->pipelines,
+                               .events = sv->events};
 }
 
 static struct http_server_params server_params(const struct config *cfg) {
@@ -393,6 +396,7 @@ static void stop_admitting(struct serve *sv) {
             "ms)\n", (long long)sv->cfg->drain_grace_ms);
     http_server_stop_accepting(sv->server);
     api_set_phase(sv->api, API_STOPPING);
+    events_close_all(sv->events); /* subscribers would hold their connections open */
     struct timeval tv = {(time_t)(sv->cfg->drain_grace_ms / 1000),
                          (suseconds_t)(sv->cfg->drain_grace_ms % 1000) * 1000};
     evtimer_add(sv->grace_ev, &tv);
@@ -507,6 +511,7 @@ static bool apply_config(struct serve *sv, struct config *next) {
     api_set_params(sv->api, &p);
     struct http_server_params hp = server_params(next);
     http_server_set_limits(sv->server, &hp);
+    events_set_max_clients(sv->events, next->max_event_clients);
     return true;
 }
 
@@ -582,7 +587,8 @@ static int open_outputs(struct serve *sv) {
                               .group_limit = sv->cfg->group_limit,
                               .max_wait_ms = sv->cfg->starvation_ms,
                               .stop_grace_ms = sv->cfg->stop_grace_ms,
-                              .max_restarts = sv->cfg->max_restarts, .metrics = sv->metrics};
+                              .max_restarts = sv->cfg->max_restarts, .metrics = sv->metrics,
+                              .events = sv->events, .nvml = sv->nvml};
     memcpy(sp.gpu_budget, sv->place_budget.gpu_bytes, sizeof sp.gpu_budget);
     sv->sched = sched_new(sv->base, &sp);
     return sv->sched ? 0 : 1;
@@ -614,7 +620,11 @@ static int open_remote(struct serve *sv) {
 
 static int run(struct serve *sv, const struct sched_model_spec *specs) {
     char err[512];
-    if (!(sv->base = event_base_new()) || !(sv->metrics = prom_new()) || open_outputs(sv))
+    struct events_params evp = events_default_params();
+    evp.max_clients = sv->cfg->max_event_clients;
+    nvml_new(NULL, &sv->nvml, NULL, 0); /* no driver: no GPU gauges */
+    if (!(sv->base = event_base_new()) || !(sv->metrics = prom_new()) ||
+        !(sv->events = events_new(sv->base, &evp)) || open_outputs(sv))
         return 1;
     for (size_t k = 0; k < sv->n_local; k++) {
         size_t idx;
@@ -623,7 +633,6 @@ static int run(struct serve *sv, const struct sched_model_spec *specs) {
     }
     if (open_remote(sv))
         return 1;
-    nvml_new(NULL, &sv->nvml, NULL, 0); /* no driver: no GPU gauges */
     struct api_params ap = api_params(sv);
     if (!(sv->api = api_new(&ap)))
         return 1;
@@ -671,6 +680,7 @@ static void report_lost_audit_lines(struct audit *audit) {
 }
 
 static void serve_free(struct serve *sv) {
+    events_free(sv->events); /* ends the streams while their server is up */
     http_server_free(sv->server);
     api_free(sv->api);
     remote_free(sv->remote);

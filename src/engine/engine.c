@@ -6,7 +6,13 @@
  * stamped; the second covers binaries built without git history, which report
  * a meaningless build number. Children are always started from an argv array
  * with posix_spawn, never through a shell. The engine's other tools (llama-quantize)
- * are taken from the same bin/ folder as the server, so both are one build. */
+ * are taken from the same bin/ folder as the server, so both are one build.
+ *
+ * Lookup order: --llama-server, $TANDEM_LLAMA_SERVER, the engine `make install`
+ * put beside this binary (<prefix>/libexec/tandem/, found from /proc/self/exe,
+ * so an installed tandem runs with an empty cache and under any user), then the
+ * pinned build in the cache. The installed engine is a static build (no RPATH,
+ * only system libraries), so it runs from wherever it is copied. */
 #include "engine/engine.h"
 
 #include <errno.h>
@@ -36,6 +42,7 @@ const char *engine_source_name(enum engine_source src) {
     case ENGINE_SOURCE_FLAG: return "--llama-server";
     case ENGINE_SOURCE_ENV: return "TANDEM_LLAMA_SERVER";
     case ENGINE_SOURCE_CACHE: return "cache";
+    case ENGINE_SOURCE_LIBEXEC: return "libexec";
     }
     return "?";
 }
@@ -50,6 +57,37 @@ static tandem_err copy_path(char *out, size_t cap, const char *path) {
     return n < 0 || (size_t)n >= cap ? TANDEM_ERR_TOOBIG : TANDEM_OK;
 }
 
+tandem_err engine_libexec_path(const char *exe, char *out, size_t cap) {
+    static const char tail[] = "libexec/tandem/llama-server";
+    if (cap > 0)
+        *out = '\0';
+    if (!exe || exe[0] != '/')
+        return TANDEM_ERR_INVAL;
+    size_t n = (size_t)(strrchr(exe, '/') - exe); /* exe's folder, e.g. "/usr/local/bin" */
+    while (n > 0 && exe[n - 1] != '/')
+        n--; /* its parent with a trailing slash: "/usr/local/" */
+    if (n == 0)
+        n = 1; /* "/tandem": the root is its own parent */
+    int len = snprintf(out, cap, "%.*s%s", (int)n, exe, tail);
+    if (len < 0 || (size_t)len >= cap) {
+        if (cap > 0)
+            *out = '\0';
+        return TANDEM_ERR_TOOBIG;
+    }
+    return TANDEM_OK;
+}
+
+/* Writes the engine installed beside the running binary into out[cap]; true
+ * when it is an executable file. */
+static bool installed_engine(char *out, size_t cap) {
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0 || (size_t)n >= sizeof exe - 1)
+        return false; /* no /proc, or a path that may have been cut */
+    exe[n] = '\0';
+    return engine_libexec_path(exe, out, cap) == TANDEM_OK && is_executable_file(out);
+}
+
 tandem_err engine_locate(const char *flag_path, int pinned_build, char *out, size_t cap,
                          enum engine_source *src) {
     const char *env = getenv("TANDEM_LLAMA_SERVER");
@@ -60,6 +98,9 @@ tandem_err engine_locate(const char *flag_path, int pinned_build, char *out, siz
     } else if (env && *env) {
         *src = ENGINE_SOURCE_ENV;
         e = copy_path(out, cap, env);
+    } else if (installed_engine(out, cap)) {
+        *src = ENGINE_SOURCE_LIBEXEC;
+        return TANDEM_OK;
     } else {
         char sub[64];
         snprintf(sub, sizeof sub, "engine/b%d/bin/llama-server", pinned_build);

@@ -1,9 +1,9 @@
 /* engine.h: the llama-server engine that tandem runs its models on.
  *
  * This module is the only one that knows how llama-server is found, started
- * and spoken to. Today it finds the binary and establishes what it is (build,
- * commit, whether it serves /v1/systemone); supervision of running children
- * comes with `tandem serve`. */
+ * and spoken to. It finds the binary (flag, environment, the engine installed
+ * beside tandem, the cache) and establishes what it is (build, commit, whether
+ * it serves /v1/systemone); engine_child.h supervises running children. */
 #ifndef TANDEM_ENGINE_H
 #define TANDEM_ENGINE_H
 
@@ -20,20 +20,36 @@
  * stamp a meaningless number (e.g. "build 1"); they are treated as unknown. */
 #define ENGINE_MIN_MEANINGFUL_BUILD 100
 
+/* Where engine_locate() found the binary (it says in which order it looks). */
 enum engine_source {
-    ENGINE_SOURCE_FLAG,  /* --llama-server PATH */
-    ENGINE_SOURCE_ENV,   /* $TANDEM_LLAMA_SERVER */
-    ENGINE_SOURCE_CACHE, /* the pinned build in tandem's cache */
+    ENGINE_SOURCE_FLAG,    /* --llama-server PATH */
+    ENGINE_SOURCE_ENV,     /* $TANDEM_LLAMA_SERVER */
+    ENGINE_SOURCE_CACHE,   /* the pinned build in tandem's cache */
+    ENGINE_SOURCE_LIBEXEC, /* <prefix>/libexec/tandem/llama-server beside an installed
+                            * <prefix>/bin/tandem (`make install`); looked at before the cache */
 };
 
-/* Returns a static name for src: "--llama-server", "TANDEM_LLAMA_SERVER", "cache". */
+/* Returns a static name for src: "--llama-server", "TANDEM_LLAMA_SERVER", "cache",
+ * "libexec". */
 const char *engine_source_name(enum engine_source src);
 
+/* Writes where `make install` puts the engine of a tandem binary at exe into
+ * out[cap]: the parent of exe's folder joined with "libexec/tandem/llama-server"
+ * (/usr/local/bin/tandem gives /usr/local/libexec/tandem/llama-server). exe must
+ * be absolute and free of symlinks and "..", as /proc/self/exe names it; the
+ * parent is taken textually. Nothing is checked on disk. Returns TANDEM_ERR_INVAL
+ * when exe is not absolute, TANDEM_ERR_TOOBIG when the path does not fit in cap
+ * (out is then ""). */
+tandem_err engine_libexec_path(const char *exe, char *out, size_t cap);
+
 /* Chooses the llama-server binary: flag_path if not NULL, else
- * $TANDEM_LLAMA_SERVER if set, else <cache>/engine/b<pinned>/bin/llama-server.
+ * $TANDEM_LLAMA_SERVER if set and not empty, else the installed engine beside
+ * the running tandem (engine_libexec_path() of /proc/self/exe) if that is an
+ * executable file, else <cache>/engine/b<pinned>/bin/llama-server.
  * Writes the path into out[cap] and where it came from into *src.
  * Returns TANDEM_ERR_NOTFOUND when the chosen path is not an executable file
- * (out still names it), TANDEM_ERR_TOOBIG when it does not fit in cap. */
+ * (out still names it; with no flag and no variable that is the cache's path),
+ * TANDEM_ERR_TOOBIG when it does not fit in cap. */
 tandem_err engine_locate(const char *flag_path, int pinned_build, char *out, size_t cap,
                          enum engine_source *src);
 
@@ -96,10 +112,10 @@ tandem_err engine_identify(const char *flag_path, int pinned_build, struct engin
 
 /* Chooses the engine's tool `name` (e.g. "llama-quantize"): the file of that
  * name in the directory of the llama-server that engine_locate(flag_path, ...)
- * chooses (the cache's bin/ by default), so tool and server always come from
- * the same build. Writes the path into out[cap]. Returns TANDEM_ERR_NOTFOUND
- * when that file is not executable (out still names it), TANDEM_ERR_TOOBIG
- * when it does not fit in cap. */
+ * chooses (the installed libexec/tandem/ or the cache's bin/ by default), so
+ * tool and server always come from the same build. Writes the path into
+ * out[cap]. Returns TANDEM_ERR_NOTFOUND when that file is not executable (out
+ * still names it), TANDEM_ERR_TOOBIG when it does not fit in cap. */
 tandem_err engine_locate_tool(const char *flag_path, int pinned_build, const char *name,
                               char *out, size_t cap);
 

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "serve/audit.h"
+#include "serve/events.h"
 #include "serve/config.h"
 #include "serve/http.h"
 #include "base/nvml.h"
@@ -56,6 +57,8 @@ struct api_params {
     struct audit *audit;           /* may be NULL */
     struct nvml *nvml;             /* GPU memory for /metrics; NULL = no GPU */
     const struct pipeline_set *pipelines; /* the config's pipelines (possibly none) */
+    struct events *events;         /* GET /v1/events, and where requests and verdicts
+                                    * are published; NULL = none */
 };
 
 struct api; /* opaque */

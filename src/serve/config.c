@@ -418,6 +418,13 @@ static bool k_max_restarts(struct walk *w, struct fy_node *v, const char *p, voi
     CFG(t)->max_restarts = (uint32_t)n;
     return true;
 }
+static bool k_max_event_clients(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    uint64_t n;
+    if (!get_u64(w, v, p, 1024, 0, &n))
+        return false;
+    CFG(t)->max_event_clients = (uint32_t)n;
+    return true;
+}
 static bool k_health_interval(struct walk *w, struct fy_node *v, const char *p, void *t) {
     if (!get_duration(w, v, p, false, &CFG(t)->health_interval_ms))
         return false;
@@ -726,7 +733,8 @@ static bool k_limits(struct walk *w, struct fy_node *v, const char *p, void *t) 
         {"request_timeout", k_request_timeout}, {"header_timeout", k_header_timeout},
         {"idle_timeout", k_idle_timeout},   {"max_connections", k_max_connections},
         {"drain_delay", k_drain_delay},     {"health_interval", k_health_interval},
-        {"max_restarts", k_max_restarts},   {NULL, NULL}};
+        {"max_restarts", k_max_restarts},   {"max_event_clients", k_max_event_clients},
+        {NULL, NULL}};
     return walk_section(w, v, p, keys, t);
 }
 static bool k_scheduling(struct walk *w, struct fy_node *v, const char *p, void *t) {
@@ -1295,6 +1303,7 @@ static tandem_err set_defaults(struct config *c) {
     c->drain_delay_ms = 5000;
     c->health_interval_ms = 1000;
     c->max_restarts = 5;
+    c->max_event_clients = 16;
     if (gethostname(c->node_id, sizeof c->node_id) != 0 || !c->node_id[0])
         snprintf(c->node_id, sizeof c->node_id, "tandem");
     c->node_id[sizeof c->node_id - 1] = '\0';

@@ -163,6 +163,9 @@ struct config {
                                     * polls; default 1000 */
     uint32_t max_restarts;         /* limits.max_restarts: crashes of one model within 60 s
                                     * that mark it failed (503, back-off); default 5 */
+    uint32_t max_event_clients;    /* limits.max_event_clients: GET /v1/events subscribers
+                                    * at once (the next gets 429; 0 = no event stream);
+                                    * default 16 */
     uint32_t group_limit;          /* scheduling.group_limit: requests one resident model
                                     * may serve while another model waits; default 16 */
     int64_t starvation_ms;         /* scheduling.max_wait: how long a resident model may

@@ -154,6 +154,16 @@ static struct http_conn *conn_for(struct http_server *s, struct evhttp_connectio
     return c;
 }
 
+/* Marks r gone and frees its connection, as on a hang-up. */
+static void drop_conn(struct http_req *r) {
+    struct http_conn *c = r->conn;
+    mark_gone(r);
+    if (c) {
+        c->freeing = true;
+        evhttp_connection_free(c->evcon); /* calls on_conn_close */
+    }
+}
+
 /* The socket became readable while the answer is pending: a zero-byte peek
  * (or an error) means the client hung up. Data (a pipelined request) is left
  * for libevent after the answer. */
@@ -164,12 +174,7 @@ static void on_watch(evutil_socket_t fd, short what, void *arg) {
     ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
         return;
-    struct http_conn *c = r->conn;
-    mark_gone(r);
-    if (c) {
-        c->freeing = true;
-        evhttp_connection_free(c->evcon); /* calls on_conn_close */
-    }
+    drop_conn(r);
 }
 
 static void watch_hangup(struct http_req *r) {
@@ -465,6 +470,14 @@ void http_req_stream_end(struct http_req *r) {
     }
     req_finish(r);
 }
+
+size_t http_req_stream_backlog(const struct http_req *r) {
+    struct bufferevent *bev =
+        r->conn && r->req ? evhttp_connection_get_bufferevent(r->conn->evcon) : NULL;
+    return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+}
+
+void http_req_drop(struct http_req *r) { drop_conn(r); }
 
 /* --- a request without a connection ----------------------------------------------------- */
 

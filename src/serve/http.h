@@ -102,6 +102,17 @@ void http_req_stream_start(struct http_req *r, int status, const char *content_t
 void http_req_stream_chunk(struct http_req *r, struct evbuffer *data);
 void http_req_stream_end(struct http_req *r);
 
+/* Bytes of a started stream queued for the client and not yet taken by its
+ * socket: what a client that stops reading makes grow. 0 for a detached
+ * request. */
+size_t http_req_stream_backlog(const struct http_req *r);
+
+/* Closes r's connection now, discarding what is unsent (a subscriber too slow
+ * to keep up). The on_gone callback runs, from inside this call; r itself
+ * stays the handler's to answer (the answer frees it and sends nothing). A
+ * detached request only becomes gone. */
+void http_req_drop(struct http_req *r);
+
 /* --- a request without a connection ---------------------------------------------------- */
 
 /* Receives a detached request's answer, once: status, its headers (Content-Type

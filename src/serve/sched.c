@@ -44,6 +44,7 @@
 #include <sys/wait.h>
 
 #include "engine/engine_child.h"
+#include "engine/engine_progress.h"
 #include "plan/cost.h"
 #include "plan/footprint.h"
 #include "base/host.h"
@@ -64,6 +65,9 @@
 #define PREFETCH_MARGIN (512ull << 20) /* host RAM a read-ahead leaves free */
 #define COST_FLUSH_SAMPLES 8           /* cost samples kept in memory before a write */
 #define NO_MODEL SIZE_MAX
+#define QUEUE_EVENT_MS 100     /* queue events, at most 10 a second */
+#define MEMORY_EVENT_MS 2000   /* memory samples while someone subscribes */
+#define PROGRESS_STEP 0.05     /* loading events as the weights' fraction moves this much */
 
 enum job_phase { JOB_WAITING, JOB_RUNNING, JOB_FAILING };
 
@@ -123,6 +127,10 @@ struct smodel {
     int64_t stop_ms, ready_ms, first_ms; /* the last swap's parts; -1 = not yet */
     struct cost_record cost; /* samples not yet written to the cost cache */
     char last_error[1024];
+    uint64_t file_bytes;       /* the model file's size, for the load's progress */
+    struct engine_progress *progress; /* the load's, while it has a child */
+    struct engine_progress_sample load; /* its last sample */
+    bool crashed_last;         /* its last engine crashed: the next load is a restart */
 };
 
 struct sched {
@@ -135,6 +143,7 @@ struct sched {
     uint32_t n_waiting;
     struct http_client *http;
     struct event *starve_ev;
+    struct event *queue_ev, *memory_ev; /* queue events (coalesced), memory samples */
     bool shutting_down;
     void (*done)(void *);
     void *done_user;
@@ -148,6 +157,7 @@ static void resend(struct sched_job *j, const char *reason);
 static void fail_engine(struct sched_job *j, const char *msg, const char *why_not);
 static void stop_model(struct smodel *m, const char *reason);
 static void spawn(struct smodel *m);
+static void queue_changed(struct sched *s);
 
 /* --- metrics ------------------------------------------------------------------------------- */
 
@@ -212,6 +222,64 @@ static void publish_state(struct smodel *m) {
         prom_set(s->m_device, device, 1);
     if (s->m_queue)
         prom_set(s->m_queue, NULL, s->n_waiting);
+    queue_changed(s);
+}
+
+/* --- events (GET /v1/events; docs/serve.md, Events) ---------------------------------------- */
+
+/* Publishes event type about m: {"model": name, ...fields} (fields stolen). */
+static void publish(struct smodel *m, const char *type, json_t *fields) {
+    json_t *e = m->s->p.events ? json_pack("{ss}", "model", m->name) : NULL;
+    if (e && fields)
+        json_object_update(e, fields);
+    json_decref(fields);
+    events_publish(m->s->p.events, type, e);
+}
+
+static json_t *progress_json(const struct engine_progress_sample *p) {
+    return json_pack("{sssosI}", "phase", engine_phase_name(p->phase), "fraction",
+                     p->fraction >= 0 ? json_real(p->fraction) : json_null(), "elapsed_ms",
+                     (json_int_t)p->elapsed_ms);
+}
+
+static void publish_loading(struct smodel *m) { publish(m, "loading", progress_json(&m->load)); }
+
+static void queue_changed(struct sched *s) {
+    if (s->queue_ev && !evtimer_pending(s->queue_ev, NULL)) {
+        struct timeval tv = {0, QUEUE_EVENT_MS * 1000};
+        evtimer_add(s->queue_ev, &tv);
+    }
+}
+
+/* The queue now: every model's waiting and running jobs, and its oldest
+ * job's wait (the queue is in arrival order). */
+static void on_queue_event(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    struct sched *s = arg;
+    int64_t now = host_now_ms();
+    json_t *models = json_object();
+    for (size_t i = 0; i < s->n_models; i++) {
+        const struct smodel *m = s->models[i];
+        const struct sched_job *oldest = NULL, *j;
+        TAILQ_FOREACH(j, &s->waiting, link)
+            if (j->m == m) {
+                oldest = j;
+                break;
+            }
+        json_object_set_new(models, m->name,
+                            json_pack("{sisiso}", "waiting", m->n_waiting, "running", m->n_running,
+                                      "oldest_wait_ms",
+                                      oldest ? json_integer(now - oldest->submitted) : json_null()));
+    }
+    events_publish(s->p.events, "queue", json_pack("{siso}", "waiting", s->n_waiting, "models",
+                                                   models));
+}
+
+static void on_memory_event(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    struct sched *s = arg;
+    if (events_subscribers(s->p.events))
+        events_publish(s->p.events, "memory", sched_memory_json(s));
 }
 
 /* --- small helpers --------------------------------------------------------------------------- */
@@ -567,6 +635,8 @@ static void drop_child(struct smodel *m) {
         http_client_drop_port(m->s->http, engine_child_port(m->child));
     engine_child_free(m->child);
     m->child = NULL;
+    engine_progress_free(m->progress);
+    m->progress = NULL;
     m->draining = m->stop_asked = false;
     m->group_count = 0;
 }
@@ -701,10 +771,14 @@ static void crashed(struct smodel *m, const char *why) {
                   m->name, why, loading ? " while loading" : "", m->log_path, tail[0] ? ": " : "",
                   tail);
     m->crash_total++;
+    m->crashed_last = true;
     count(m->s->m_crashes, m, 1);
     drop_child(m);
     fprintf(stderr, "tandem: %s\n", msg);
-    if (crash_loop(m, host_now_ms())) {
+    bool looping = crash_loop(m, host_now_ms());
+    publish(m, "crashed", json_pack("{sssbsb}", "message", msg, "while_loading", loading, "failed",
+                                    looping));
+    if (looping) {
         char cause[sizeof m->last_error];
         tandem_errmsg(cause, sizeof cause, "%u crashes within %d s (limits.max_restarts); last: %s",
                  m->s->p.max_restarts, CRASH_WINDOW_MS / 1000, msg);
@@ -777,6 +851,17 @@ static void became_ready(struct smodel *m) {
         prom_observe(m->s->m_load_seconds, labels, secs);
     fprintf(stderr, "tandem: %s ready in %.2f s on port %u (pid %ld)\n", m->name, secs,
             (unsigned)engine_child_port(m->child), (long)engine_child_pid(m->child));
+    if (m->progress) /* NULL after an OOM at the spawn: no progress was followed */
+        engine_progress_ready(m->progress, &m->load);
+    else
+        m->load = (struct engine_progress_sample){ENGINE_PHASE_READY, 1, m->ready_ms};
+    m->crashed_last = false;
+    char dev[16];
+    publish(m, "ready", json_pack("{sssIsIsi}", "device",
+                                  place_device_name(m->device, dev, sizeof dev), "load_ms",
+                                  (json_int_t)m->ready_ms, "pid",
+                                  (json_int_t)engine_child_pid(m->child), "port",
+                                  (int)engine_child_port(m->child)));
     record_footprint(m);
     kick(m->s);
 }
@@ -799,7 +884,9 @@ static void on_model_timer(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     struct smodel *m = arg;
     switch (m->state) {
-    case SCHED_LOADING: /* poll /health */
+    case SCHED_LOADING: /* follow the load, poll /health */
+        if (m->progress && engine_progress_poll(m->progress, PROGRESS_STEP, &m->load))
+            publish_loading(m);
         m->health = http_upstream_start(m->s->http, engine_child_port(m->child), EVHTTP_REQ_GET,
                                         "/health", NULL, NULL, 0, NULL, NULL, &health_ops, m);
         if (!m->health)
@@ -868,10 +955,14 @@ static void spawn(struct smodel *m) {
                  err[0] ? err : tandem_strerror(e));
         engine_child_free(m->child);
         m->child = NULL;
+        publish(m, "crashed", json_pack("{sssbsb}", "message", cause, "while_loading", true,
+                                        "failed", true));
         mark_failed(m, cause);
         return;
     }
     event_add(m->exit_ev, NULL);
+    m->progress = engine_progress_new(engine_child_pid(m->child), m->log_path, m->file_bytes);
+    m->load = (struct engine_progress_sample){ENGINE_PHASE_SPAWN, -1, 0};
     m->prefetched = false;
     m->load_started = host_now_ms();
     m->last_error[0] = '\0';
@@ -880,6 +971,9 @@ static void spawn(struct smodel *m) {
     timer_in(m->load_ev, m->load_timeout_ms);
     fprintf(stderr, "tandem: loading %s (pid %ld, port %u, log %s)\n", m->name,
             (long)engine_child_pid(m->child), (unsigned)port, m->log_path);
+    if (m->crashed_last)
+        publish(m, "restarted", json_pack("{sI}", "crashes", (json_int_t)m->crash_total));
+    publish_loading(m);
 }
 
 /* Stops m's engine; reason is "room", "keep_alive", "admin" or "shutdown"
@@ -888,6 +982,7 @@ static void stop_model(struct smodel *m, const char *reason) {
     if (m->state != SCHED_RESIDENT && m->state != SCHED_LOADING)
         return;
     fprintf(stderr, "tandem: stopping %s (%s)\n", m->name, reason);
+    publish(m, "evicted", json_pack("{ss}", "reason", reason));
     if (!strcmp(reason, "room"))
         m->evictions++;
     const char *labels[] = {m->name, reason};
@@ -1093,7 +1188,12 @@ struct sched *sched_new(struct event_base *base, const struct sched_params *p) {
     s->log_dir = mem_strdup(p->log_dir);
     s->http = http_client_new(base);
     s->starve_ev = event_new(base, -1, 0, on_starve, s);
-    if (!s->engine || !s->log_dir || !s->http || !s->starve_ev) {
+    if (p->events) {
+        s->queue_ev = evtimer_new(base, on_queue_event, s);
+        s->memory_ev = event_new(base, -1, EV_PERSIST, on_memory_event, s);
+    }
+    if (!s->engine || !s->log_dir || !s->http || !s->starve_ev ||
+        (p->events && (!s->queue_ev || !s->memory_ev))) {
         sched_free(s);
         return NULL;
     }
@@ -1102,6 +1202,8 @@ struct sched *sched_new(struct event_base *base, const struct sched_params *p) {
     if (!s->p.max_restarts)
         s->p.max_restarts = DEFAULT_MAX_RESTARTS;
     register_metrics(s);
+    if (s->memory_ev)
+        event_add(s->memory_ev, &(struct timeval){MEMORY_EVENT_MS / 1000, 0});
     return s;
 }
 
@@ -1136,8 +1238,10 @@ void sched_free(struct sched *s) {
         free_model(s->models[i]);
     mem_free(s->models);
     http_client_free(s->http);
-    if (s->starve_ev)
-        event_free(s->starve_ev);
+    struct event *evs[] = {s->starve_ev, s->queue_ev, s->memory_ev};
+    for (size_t i = 0; i < sizeof evs / sizeof *evs; i++)
+        if (evs[i])
+            event_free(evs[i]);
     mem_free(s->engine);
     mem_free(s->log_dir);
     mem_free(s);
@@ -1182,6 +1286,8 @@ tandem_err sched_add_model(struct sched *s, const struct sched_model_spec *spec,
     m->retry_ev = event_new(s->base, -1, 0, on_retry, m);
     m->crash_at = mem_calloc(s->p.max_restarts, sizeof *m->crash_at);
     snprintf(m->log_path, sizeof m->log_path, "%s/%s.log", s->log_dir, spec->name);
+    struct stat st;
+    m->file_bytes = stat(spec->path, &st) == 0 ? (uint64_t)st.st_size : 0;
     if (!m->name || !m->path || !m->extra || !m->timer || !m->load_ev || !m->retry_ev ||
         !m->crash_at) {
         free_model(m);
@@ -1348,6 +1454,9 @@ static json_t *model_json(const struct smodel *m, int64_t now) {
     json_object_set_new(j, "retry_in_ms", m->state == SCHED_FAILED && m->retry_at > now
                                               ? json_integer(m->retry_at - now)
                                               : json_null());
+    json_object_set_new(j, "progress", m->state == SCHED_LOADING || m->state == SCHED_RESIDENT
+                                           ? progress_json(&m->load)
+                                           : json_null());
     json_object_set_new(j, "last_error", m->last_error[0] ? json_string(m->last_error) : json_null());
     json_object_set_new(j, "log", json_string(m->log_path));
     return j;
@@ -1381,6 +1490,83 @@ void sched_slots(const struct sched *s, uint32_t *busy, uint32_t *total) {
         *busy += m->n_running;
         *total += m->settings.parallel;
     }
+}
+
+/* What m's engine holds now: its resident set (host memory) and, on a real
+ * GPU with NVML, its memory there; each -1 when unknown. */
+static void measure(const struct smodel *m, int64_t *rss, int64_t *gpu) {
+    uint64_t kb, bytes;
+    long pid = m->child ? (long)engine_child_pid(m->child) : 0;
+    *rss = pid && host_proc_field(pid, "status", "VmRSS:", &kb) == TANDEM_OK ? (int64_t)kb * 1024
+                                                                             : -1;
+    *gpu = pid && m->device >= 0 && m->s->p.nvml && !m->s->p.simulated &&
+                   nvml_process_used_bytes(m->s->p.nvml, (unsigned)m->device, pid, &bytes) ==
+                       TANDEM_OK
+               ? (int64_t)bytes
+               : -1;
+}
+
+static json_t *bytes_or_null(int64_t b) { return b >= 0 ? json_integer(b) : json_null(); }
+
+/* Adds b (when known) to *sum, which is -1 until something is known. */
+static void add_known(int64_t *sum, int64_t b) {
+    if (b >= 0)
+        *sum = (*sum < 0 ? 0 : *sum) + b;
+}
+
+/* Measured use per device: what its engines hold, -1 when nothing is known. */
+struct measured {
+    int64_t gpu[PLACE_MAX_GPUS], host;
+};
+
+/* The engines holding memory, planned against measured; adds to *planned and *meas. */
+static json_t *memory_models_json(const struct sched *s, struct usage *planned,
+                                  struct measured *meas) {
+    json_t *models = json_array();
+    for (size_t i = 0; i < s->n_models; i++) {
+        const struct smodel *m = s->models[i];
+        if (!holds_memory(m))
+            continue;
+        add_usage(planned, m);
+        int64_t rss, gpu;
+        measure(m, &rss, &gpu);
+        add_known(&meas->host, rss);
+        if (m->device >= 0 && m->device < PLACE_MAX_GPUS)
+            add_known(&meas->gpu[m->device], gpu);
+        char dev[16];
+        json_array_append_new(models, json_pack("{sssssIsIsoso}", "model", m->name, "device",
+                                                place_device_name(m->device, dev, sizeof dev),
+                                                "planned_gpu_bytes", (json_int_t)m->gpu,
+                                                "planned_host_bytes", (json_int_t)m->host,
+                                                "measured_gpu_bytes", bytes_or_null(gpu),
+                                                "rss_bytes", bytes_or_null(rss)));
+    }
+    return models;
+}
+
+static json_t *memory_device_json(const char *device, uint64_t budget, uint64_t planned,
+                                  int64_t measured) {
+    return json_pack("{sssIsIso}", "device", device, "budget_bytes", (json_int_t)budget,
+                     "planned_bytes", (json_int_t)planned, "measured_bytes",
+                     bytes_or_null(measured));
+}
+
+json_t *sched_memory_json(const struct sched *s) {
+    struct usage planned = {0};
+    struct measured meas = {.host = -1};
+    for (size_t g = 0; g < PLACE_MAX_GPUS; g++)
+        meas.gpu[g] = -1;
+    json_t *models = memory_models_json(s, &planned, &meas), *devices = json_array();
+    for (uint32_t g = 0; g < s->p.n_gpus && g < PLACE_MAX_GPUS; g++) {
+        char dev[16];
+        json_array_append_new(devices, memory_device_json(place_device_name((int32_t)g, dev,
+                                                                            sizeof dev),
+                                                          s->p.gpu_budget[g], planned.gpu[g],
+                                                          meas.gpu[g]));
+    }
+    json_array_append_new(devices, memory_device_json("host", s->p.host_budget, planned.host,
+                                                      meas.host));
+    return json_pack("{soso}", "devices", devices, "models", models);
 }
 
 json_t *sched_status_json(const struct sched *s) {

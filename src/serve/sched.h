@@ -27,6 +27,8 @@
 #include "base/err.h"
 #include "plan/place.h"
 #include "plan/plan.h"
+#include "base/nvml.h"
+#include "serve/events.h"
 #include "serve/prom.h"
 
 struct sched;     /* opaque */
@@ -72,6 +74,10 @@ struct sched_params {
     uint32_t max_restarts;    /* crashes of one model within 60 s that mark it failed
                                * (crash-loop protection); 0 = 5 */
     struct prom *metrics;     /* borrowed; NULL = none */
+    struct events *events;    /* where model, queue and memory events go (docs/serve.md,
+                               * Events); borrowed; NULL = none */
+    struct nvml *nvml;        /* per-process GPU memory for the memory events; borrowed;
+                               * NULL = none */
 };
 
 /* Where a job's time went, in milliseconds. */
@@ -218,5 +224,12 @@ void sched_slots(const struct sched *s, uint32_t *busy, uint32_t *total);
 /* The scheduler's state as JSON (new reference): budget and use, the queue,
  * and per model its state, footprint, pid, port, jobs and counts. NULL on OOM. */
 json_t *sched_status_json(const struct sched *s);
+
+/* Memory now, planned against measured (the `memory` event; docs/serve.md,
+ * Events): per device its budget, the planned bytes of the engines holding
+ * memory and what they measure (the sum of their resident sets on the host;
+ * NVML's per-process use on a GPU; null when nothing is measured), and per
+ * such engine the same. Returns a new reference; NULL on OOM. */
+json_t *sched_memory_json(const struct sched *s);
 
 #endif
