@@ -96,6 +96,7 @@ Test(config, defaults_are_filled) {
     cr_expect_eq(c->drain_delay_ms, 5000);
     cr_expect_eq(c->health_interval_ms, 1000);
     cr_expect_eq(c->max_restarts, 5);
+    cr_expect_eq(c->max_event_clients, 16);
     cr_expect(c->node_id[0] && !strchr(c->node_id, ' '));
     cr_expect(!c->metrics_vllm && !c->metrics_require_key);
     config_free(c);

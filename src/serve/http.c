@@ -154,8 +154,7 @@ static struct http_conn *conn_for(struct http_server *s, struct evhttp_connectio
     return c;
 }
 
-/* Marks r gone and frees its connection, as on a hang-up. */
-static void drop_conn(struct http_req *r) {
+void http_req_drop(struct http_req *r) {
     struct http_conn *c = r->conn;
     mark_gone(r);
     if (c) {
@@ -174,7 +173,7 @@ static void on_watch(evutil_socket_t fd, short what, void *arg) {
     ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
         return;
-    drop_conn(r);
+    http_req_drop(r);
 }
 
 static void watch_hangup(struct http_req *r) {
@@ -477,8 +476,6 @@ size_t http_req_stream_backlog(const struct http_req *r) {
     return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
 }
 
-void http_req_drop(struct http_req *r) { drop_conn(r); }
-
 /* --- a request without a connection ----------------------------------------------------- */
 
 tandem_err http_req_new_detached(const struct http_detached_params *p, struct http_req **out) {
@@ -626,6 +623,8 @@ struct http_upstream {
     enum evhttp_request_error error;
     bool have_error, aborted;
     bool streamed; /* the answer is chunked and goes to ops->chunk */
+    bool starting; /* inside evhttp_make_request */
+    bool failed_early; /* ... whose connection failed there (see http_upstream_start) */
     struct http_upstream *prev, *next;
 };
 
@@ -746,6 +745,10 @@ static void on_upstream_chunk(struct evhttp_request *req, void *arg) {
 
 static void on_upstream_done(struct evhttp_request *req, void *arg) {
     struct http_upstream *u = arg;
+    if (u->starting) { /* http_upstream_start fails the exchange itself */
+        u->failed_early = true;
+        return;
+    }
     int status = req ? evhttp_request_get_response_code(req) : 0;
     unlink_upstream(u);
     const struct http_upstream_ops *ops = u->ops;
@@ -804,8 +807,15 @@ struct http_upstream *http_upstream_start(struct http_client *c, uint16_t port,
     if (c->active)
         c->active->prev = u;
     c->active = u;
-    if (evhttp_make_request(u->evcon, u->req, method, uri) != 0) {
-        /* libevent freed the request; report asynchronously like any failure */
+    /* A connect that fails at once makes libevent 2.1 run the request's
+     * callback from inside evhttp_make_request (evhttp_connection_cb_cleanup),
+     * which then still returns 0: on_upstream_done only marks it, so that
+     * nothing is called back from inside this call and no freed exchange is
+     * returned. */
+    u->starting = true;
+    int rc = evhttp_make_request(u->evcon, u->req, method, uri);
+    u->starting = false;
+    if (rc != 0 || u->failed_early) {
         unlink_upstream(u);
         evhttp_connection_free(u->evcon);
         mem_free(u);
