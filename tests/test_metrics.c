@@ -3,6 +3,7 @@
  * comparison with numpy on random distributions. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <string.h>
 
 #include "eval/metrics.h"
 
@@ -86,4 +87,85 @@ Test(metrics, summary_by_hand) {
     /* bins: 0.7 -> 10 (right), 0.5 -> 7 (wrong), 0.55 -> 8 (right)
      * ECE = 1/3 (0.3 + 0.5 + 0.45) */
     NEAR(r.ece, (0.3 + 0.5 + 0.45) / 3);
+}
+
+Test(metrics, nll_of_gold_and_of_a_target) {
+    const double p[] = {0.5, 0.25, 0.25}, t[] = {0.5, 0.5, 0};
+    cr_assert_float_eq(metrics_nll(p, NULL, 3, 1), log(4.0), 1e-12);
+    cr_assert_float_eq(metrics_nll(p, t, 3, 0), 0.5 * log(2.0) + 0.5 * log(4.0), 1e-12);
+    const double zero[] = {1, 0};
+    cr_assert_float_eq(metrics_nll(zero, NULL, 2, 1), -log(METRICS_KL_EPSILON), 1e-9);
+}
+
+/* 0.9 right, 0.8 wrong, 0.8 right, 0.6 right, 0.4 wrong (given unsorted). */
+static void five(struct metrics_answer a[5]) {
+    const struct metrics_answer v[5] = {{0.6, true}, {0.8, false}, {0.4, false}, {0.9, true},
+                                        {0.8, true}};
+    memcpy(a, v, sizeof v);
+    metrics_answers_sort(a, 5);
+}
+
+Test(metrics, risk_coverage_cuts_after_each_tie_group) {
+    struct metrics_answer a[5];
+    five(a);
+    struct metrics_rc_point pt[8];
+    cr_assert_eq(metrics_risk_coverage(a, 5, pt, 8), 4);
+    const double cov[] = {0.2, 0.6, 0.8, 1.0}, risk[] = {0, 1.0 / 3, 0.25, 0.4},
+                 thr[] = {0.9, 0.8, 0.6, 0.4};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_float_eq(pt[i].coverage, cov[i], 1e-12, "point %d", i);
+        cr_assert_float_eq(pt[i].risk, risk[i], 1e-12, "point %d", i);
+        cr_assert_float_eq(pt[i].threshold, thr[i], 1e-12, "point %d", i);
+    }
+    cr_assert_eq(metrics_risk_coverage(a, 5, NULL, 0), 4);
+    /* (1/5) (1 x 0 + 2 x 1/3 + 1 x 1/4 + 1 x 2/5) */
+    cr_assert_float_eq(metrics_aurc(a, 5), (2.0 / 3 + 0.25 + 0.4) / 5, 1e-12);
+    cr_assert(isnan(metrics_aurc(a, 0)));
+}
+
+Test(metrics, coverage_at_a_target_risk) {
+    struct metrics_answer a[5];
+    five(a);
+    double th;
+    cr_assert_float_eq(metrics_coverage_at_risk(a, 5, 0.3, &th), 0.8, 1e-12);
+    cr_assert_float_eq(th, 0.6, 1e-12);
+    cr_assert_float_eq(metrics_coverage_at_risk(a, 5, 0.25, &th), 0.8, 1e-12, "the bound is inclusive");
+    cr_assert_float_eq(metrics_coverage_at_risk(a, 5, 0.1, &th), 0.2, 1e-12);
+    cr_assert_float_eq(th, 0.9, 1e-12);
+    cr_assert_float_eq(metrics_coverage_at_risk(a, 5, 1, NULL), 1.0, 1e-12);
+    struct metrics_answer wrong[1] = {{0.7, false}};
+    cr_assert_float_eq(metrics_coverage_at_risk(wrong, 1, 0.5, &th), 0, 1e-12);
+    cr_assert(isnan(th));
+}
+
+static double counter(struct metrics_answer *a, size_t n, void *arg) {
+    (void)a, (void)n;
+    return (double)(*(int *)arg)++;
+}
+
+Test(metrics, bootstrap_percentiles_and_seeding) {
+    struct metrics_answer a[5], scratch[5];
+    five(a);
+    double values[100], lo, hi, lo2, hi2;
+    int k = 0; /* a statistic that returns 0, 1, ..., 99: the interval is numpy's percentiles */
+    cr_assert(metrics_bootstrap(a, 5, counter, &k, 1, 100, scratch, values, &lo, &hi));
+    cr_assert_float_eq(lo, 2.475, 1e-12);
+    cr_assert_float_eq(hi, 96.525, 1e-12);
+    cr_assert(metrics_bootstrap(a, 5, metrics_stat_accuracy, NULL, 7, 100, scratch, values, &lo,
+                                &hi));
+    cr_assert(metrics_bootstrap(a, 5, metrics_stat_accuracy, NULL, 7, 100, scratch, values, &lo2,
+                                &hi2));
+    cr_assert(lo == lo2 && hi == hi2, "the same seed gives the same interval");
+    cr_assert(lo <= 0.6 && 0.6 <= hi && lo < hi, "[%f, %f] around 0.6", lo, hi);
+    struct metrics_answer right[3] = {{0.9, true}, {0.5, true}, {0.7, true}};
+    cr_assert(metrics_bootstrap(right, 3, metrics_stat_accuracy, NULL, 3, 50, scratch, values,
+                                &lo, &hi));
+    cr_assert(lo == 1 && hi == 1);
+    double risk = 0.1;
+    cr_assert(metrics_bootstrap(right, 3, metrics_stat_coverage, &risk, 3, 50, scratch, values,
+                                &lo, &hi));
+    cr_assert(lo == 1 && hi == 1);
+    cr_assert_not(metrics_bootstrap(a, 0, metrics_stat_ece, NULL, 1, 10, scratch, values, &lo,
+                                    &hi));
+    cr_assert(isnan(lo) && isnan(hi));
 }

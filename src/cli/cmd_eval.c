@@ -23,6 +23,7 @@
 #include "eval/report.h"
 
 #define DEFAULT_LOW_CONFIDENCE 0.6
+#define MAX_BOOTSTRAP 100000
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -32,8 +33,9 @@ static void usage(FILE *f) {
             "\n"
             "Sends every case of FILE (JSONL, see docs/eval-format.md) to URL/v1/systemone and\n"
             "scores the answers against the gold ones: accuracy (noul at 0.5), Brier score,\n"
-            "ECE over 15 confidence bins, MAE of score questions and the low-confidence rate,\n"
-            "overall and per question type. With --repeat N every case is sent N times and\n"
+            "NLL, ECE over 15 confidence bins, MAE of score questions and the low-confidence\n"
+            "rate, overall and per question type; the risk-coverage curve, its area (AURC)\n"
+            "and the coverage at a target risk, with bootstrap intervals. With --repeat N every case is sent N times and\n"
             "each question's answers are compared: max |dp| and top-answer flips; the verdict\n"
             "is \"deterministic\" only if every repeat returned identical probabilities.\n"
             "\n"
@@ -50,11 +52,16 @@ static void usage(FILE *f) {
             "  --low-confidence P    threshold of the low-confidence rate (default %.1f)\n"
             "  --timeout S           seconds per request (default 60)\n"
             "  --retries R           retries after HTTP 429, 503 or 529 (default 2)\n"
+            "  --target-risk R       selective prediction: the coverage whose risk (error rate\n"
+            "                        of the answers kept) is at most R (default 0.05)\n"
+            "  --bootstrap N         resamples of the 95%% intervals of accuracy, ECE and that\n"
+            "                        coverage (default 1000, at most %u; 0 = none)\n"
+            "  --seed S              of the resampling (default 1)\n"
             "  -h, --help\n"
             "\n"
             "Exit status: 0 every request answered, 1 the dataset or some request failed\n"
             "(failures are listed per case, after the report), 2 usage error.\n",
-            EVAL_MAX_REPEAT, EVAL_MAX_CONCURRENCY, DEFAULT_LOW_CONFIDENCE);
+            EVAL_MAX_REPEAT, EVAL_MAX_CONCURRENCY, DEFAULT_LOW_CONFIDENCE, MAX_BOOTSTRAP);
 }
 
 json_t *cmd_eval_number(double x) { return isfinite(x) ? json_real(x) : json_null(); }
@@ -103,8 +110,9 @@ static const char *const group_names[] = {"overall", "choice", "score", "noul"};
 
 static json_t *summary_json(const struct metrics_summary *s) {
     struct metrics_result r = metrics_summary_result(s);
-    return json_pack("{s:I,s:o,s:o,s:o,s:o,s:o,s:o}", "n", (json_int_t)s->n, "accuracy",
-                     cmd_eval_number(r.accuracy), "brier", cmd_eval_number(r.brier), "ece",
+    return json_pack("{s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "n", (json_int_t)s->n, "accuracy",
+                     cmd_eval_number(r.accuracy), "brier", cmd_eval_number(r.brier), "nll",
+                     cmd_eval_number(r.nll), "ece",
                      cmd_eval_number(r.ece), "low_confidence_rate",
                      cmd_eval_number(r.low_conf_rate), "mean_confidence",
                      cmd_eval_number(r.mean_conf), "mae", cmd_eval_number(r.mae));
@@ -121,6 +129,71 @@ static json_t *reliability_json(const struct metrics_calib *c) {
                             "accuracy", cmd_eval_number(c->n[b] ? c->correct[b] / n : NAN)));
     }
     return bins;
+}
+
+/* The scored answers of the run, every repeat, as selective prediction sees
+ * them: the top-answer confidence and whether it was right. */
+struct answers {
+    struct metrics_answer *a;
+    size_t n;
+};
+
+static void answers_add(struct answers *as, const double *p, size_t n, size_t gold) {
+    size_t top = metrics_top(p, n);
+    as->a[as->n++] = (struct metrics_answer){n ? p[top] : 0, top == gold};
+}
+
+static json_t *interval_json(const struct answers *as, metrics_stat_fn stat, void *arg,
+                             const struct cmd_eval_scoring *sc, struct metrics_answer *scratch,
+                             double *values) {
+    double lo, hi;
+    if (!metrics_bootstrap(as->a, as->n, stat, arg, sc->seed, sc->bootstrap, scratch, values,
+                           &lo, &hi))
+        return json_null();
+    return json_pack("[o,o]", cmd_eval_number(lo), cmd_eval_number(hi));
+}
+
+/* Bootstrap 95% intervals of accuracy, ECE and the coverage at the target
+ * risk; null without --bootstrap or answers. */
+static json_t *intervals_json(const struct answers *as, const struct cmd_eval_scoring *sc) {
+    if (!sc->bootstrap || !as->n)
+        return json_null();
+    struct metrics_answer *scratch = mem_alloc_array(as->n, sizeof *scratch);
+    double *values = mem_alloc_array(sc->bootstrap, sizeof *values);
+    double risk = sc->target_risk;
+    json_t *j = scratch && values
+                    ? json_pack("{s:I,s:I,s:o,s:o,s:o}", "resamples", (json_int_t)sc->bootstrap,
+                                "seed", (json_int_t)sc->seed, "accuracy",
+                                interval_json(as, metrics_stat_accuracy, NULL, sc, scratch, values),
+                                "ece", interval_json(as, metrics_stat_ece, NULL, sc, scratch, values),
+                                "coverage_at_target_risk",
+                                interval_json(as, metrics_stat_coverage, &risk, sc, scratch, values))
+                    : NULL;
+    mem_free(scratch);
+    mem_free(values);
+    return j;
+}
+
+/* Selective prediction over every scored answer (sorted here): AURC, the
+ * coverage at the target risk with its threshold, and the curve. */
+static json_t *selective_json(struct answers *as, const struct cmd_eval_scoring *sc) {
+    metrics_answers_sort(as->a, as->n);
+    size_t n_points = metrics_risk_coverage(as->a, as->n, NULL, 0);
+    struct metrics_rc_point *pts = mem_alloc_array(n_points ? n_points : 1, sizeof *pts);
+    if (!pts)
+        return NULL;
+    metrics_risk_coverage(as->a, as->n, pts, n_points);
+    json_t *curve = json_array();
+    for (size_t i = 0; curve && i < n_points; i++)
+        json_array_append_new(curve, json_pack("{s:f,s:f,s:f}", "coverage", pts[i].coverage,
+                                               "risk", pts[i].risk, "threshold",
+                                               pts[i].threshold));
+    mem_free(pts);
+    double threshold, coverage = metrics_coverage_at_risk(as->a, as->n, sc->target_risk,
+                                                          &threshold);
+    return json_pack("{s:f,s:o,s:f,s:o,s:o}", "target_risk", sc->target_risk, "aurc",
+                     cmd_eval_number(metrics_aurc(as->a, as->n)), "coverage_at_target_risk",
+                     coverage, "threshold", cmd_eval_number(threshold), "curve", curve);
 }
 
 /* Stability of one question over the run's repeats. */
@@ -185,9 +258,14 @@ static json_t *top_counts(const struct eval_run *run, size_t c, size_t q) {
     return o;
 }
 
-json_t *cmd_eval_summarize(const struct eval_run *run, const char *model, double low,
-                           unsigned concurrency) {
+json_t *cmd_eval_summarize(const struct eval_run *run, const char *model,
+                           const struct cmd_eval_scoring *sc, unsigned concurrency) {
     const struct evalset *set = run->set;
+    double low = sc->low;
+    struct answers as = {mem_alloc_array(set->n_gold ? (size_t)set->n_gold * run->repeat : 1,
+                                         sizeof *as.a), 0};
+    if (!as.a)
+        return NULL;
     struct metrics_summary groups[N_GROUPS];
     for (size_t g = 0; g < N_GROUPS; g++)
         metrics_summary_init(&groups[g]);
@@ -213,6 +291,7 @@ json_t *cmd_eval_summarize(const struct eval_run *run, const char *model, double
                                     is_score, low);
                 metrics_summary_add(&groups[grp], p, qq->target, qq->n_options, qq->gold,
                                     is_score, low);
+                answers_add(&as, p, qq->n_options, qq->gold);
             }
             struct stab st = stability_of(run, c, q);
             if (st.ok > 1) {
@@ -285,6 +364,7 @@ json_t *cmd_eval_summarize(const struct eval_run *run, const char *model, double
         (json_int_t)total, "ok", (json_int_t)(total - run->n_errors), "errors",
         (json_int_t)run->n_errors, "cases_answered", (json_int_t)answered_cases);
     if (!out || !metrics || !results || !unstable || !errors) {
+        mem_free(as.a);
         json_decref(out);
         json_decref(metrics);
         json_decref(results);
@@ -293,6 +373,9 @@ json_t *cmd_eval_summarize(const struct eval_run *run, const char *model, double
         return NULL;
     }
     json_object_set_new(out, "metrics", metrics);
+    json_object_set_new(out, "intervals", intervals_json(&as, sc));
+    json_object_set_new(out, "selective", selective_json(&as, sc));
+    mem_free(as.a);
     json_object_set_new(out, "reliability", reliability_json(&groups[0].calib));
     json_object_set_new(out, "stability",
                         json_pack("{s:I,s:s,s:I,s:I,s:f,s:I,s:I,s:o}", "repeat",
@@ -317,6 +400,39 @@ static void cell(const json_t *o, const char *key, int width) {
         printf(" %*s", width, "-");
 }
 
+/* " [lo, hi]" of interval name, or nothing without intervals. */
+static void print_interval(const json_t *s, const char *name) {
+    const json_t *iv = json_object_get(json_object_get(s, "intervals"), name);
+    if (json_array_size(iv) == 2)
+        printf(" [%.3f, %.3f]", json_number_value(json_array_get(iv, 0)),
+               json_number_value(json_array_get(iv, 1)));
+}
+
+static void print_selective(const json_t *s) {
+    const json_t *sel = json_object_get(s, "selective"), *m = json_object_get(s, "metrics");
+    const json_t *iv = json_object_get(s, "intervals");
+    const json_t *overall = json_object_get(m, "overall");
+    printf("\nselective: AURC %.3f; coverage at risk <= %.3f: %.3f",
+           json_number_value(json_object_get(sel, "aurc")),
+           json_number_value(json_object_get(sel, "target_risk")),
+           json_number_value(json_object_get(sel, "coverage_at_target_risk")));
+    print_interval(s, "coverage_at_target_risk");
+    const json_t *th = json_object_get(sel, "threshold");
+    if (json_is_number(th))
+        printf(" (answer when the top probability is >= %.4f)", json_number_value(th));
+    printf("\n");
+    if (!json_is_object(iv))
+        return;
+    printf("95%% intervals (%lld bootstrap resamples, seed %lld): accuracy %.3f",
+           (long long)json_integer_value(json_object_get(iv, "resamples")),
+           (long long)json_integer_value(json_object_get(iv, "seed")),
+           json_number_value(json_object_get(overall, "accuracy")));
+    print_interval(s, "accuracy");
+    printf(", ECE %.3f", json_number_value(json_object_get(overall, "ece")));
+    print_interval(s, "ece");
+    printf("\n");
+}
+
 static void print_table(const json_t *s) {
     const json_t *m = json_object_get(s, "metrics");
     const char *model = json_string_value(json_object_get(s, "model"));
@@ -330,8 +446,8 @@ static void print_table(const json_t *s) {
            json_string_value(json_object_get(s, "endpoint")), model ? " (model " : "",
            model ? model : "", model ? ")" : "",
            json_number_value(json_object_get(s, "seconds")));
-    printf("\n%-8s %6s %9s %7s %7s %9s %10s %7s\n", "type", "n", "accuracy", "brier", "ece",
-           "low-conf", "mean-conf", "mae");
+    printf("\n%-8s %6s %9s %7s %7s %7s %9s %10s %7s\n", "type", "n", "accuracy", "brier", "nll",
+           "ece", "low-conf", "mean-conf", "mae");
     for (size_t g = 0; g < N_GROUPS; g++) {
         const json_t *row = json_object_get(m, group_names[g]);
         json_int_t n = json_integer_value(json_object_get(row, "n"));
@@ -340,6 +456,7 @@ static void print_table(const json_t *s) {
         printf("%-8s %6lld", group_names[g], (long long)n);
         cell(row, "accuracy", 8);
         cell(row, "brier", 6);
+        cell(row, "nll", 6);
         cell(row, "ece", 6);
         cell(row, "low_confidence_rate", 8);
         cell(row, "mean_confidence", 9);
@@ -348,6 +465,7 @@ static void print_table(const json_t *s) {
     }
     printf("(low-conf: share of answers whose top probability is below %.2f)\n",
            json_number_value(json_object_get(s, "low_confidence_threshold")));
+    print_selective(s);
     const json_t *st = json_object_get(s, "stability");
     const char *verdict = json_string_value(json_object_get(st, "verdict"));
     printf("\nstability: %s", verdict);
@@ -452,7 +570,7 @@ static int parse_double(const char *flag, const char *s, double lo, double hi, d
 int cmd_eval_main(int argc, char **argv, const char *llama_server) {
     (void)llama_server;
     enum { O_ENDPOINT = 256, O_CONFIG, O_MODEL, O_DATA, O_REPEAT, O_CONC, O_REPORT, O_JSON,
-           O_KEY, O_LOW, O_TIMEOUT, O_RETRIES };
+           O_KEY, O_LOW, O_TIMEOUT, O_RETRIES, O_RISK, O_BOOT, O_SEED };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"config", required_argument, NULL, O_CONFIG},
@@ -466,12 +584,18 @@ int cmd_eval_main(int argc, char **argv, const char *llama_server) {
         {"low-confidence", required_argument, NULL, O_LOW},
         {"timeout", required_argument, NULL, O_TIMEOUT},
         {"retries", required_argument, NULL, O_RETRIES},
+        {"target-risk", required_argument, NULL, O_RISK},
+        {"bootstrap", required_argument, NULL, O_BOOT},
+        {"seed", required_argument, NULL, O_SEED},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
     struct eval_params p = eval_default_params();
     const char *data = NULL, *report = NULL;
-    double low = DEFAULT_LOW_CONFIDENCE, timeout_s = 60;
+    double timeout_s = 60;
+    struct cmd_eval_scoring sc = {.low = DEFAULT_LOW_CONFIDENCE, .target_risk = 0.05,
+                                  .bootstrap = 1000, .seed = 1};
+    unsigned seed = 1;
     int c, as_json = 0, rc = 0;
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1 && !rc) {
@@ -493,7 +617,12 @@ int cmd_eval_main(int argc, char **argv, const char *llama_server) {
         case O_REPORT: report = optarg; break;
         case O_JSON: as_json = 1; break;
         case O_KEY: p.api_key = optarg; break;
-        case O_LOW: rc = parse_double("--low-confidence", optarg, 0, 1, &low); break;
+        case O_LOW: rc = parse_double("--low-confidence", optarg, 0, 1, &sc.low); break;
+        case O_RISK: rc = parse_double("--target-risk", optarg, 0, 1, &sc.target_risk); break;
+        case O_BOOT:
+            rc = cmd_eval_parse_uint("eval", "--bootstrap", optarg, 0, MAX_BOOTSTRAP, &sc.bootstrap);
+            break;
+        case O_SEED: rc = cmd_eval_parse_uint("eval", "--seed", optarg, 0, UINT32_MAX, &seed); break;
         case O_TIMEOUT: rc = parse_double("--timeout", optarg, 0.001, 86400, &timeout_s); break;
         case O_RETRIES:
             rc = cmd_eval_parse_uint("eval", "--retries", optarg, 0, 10, &p.retries);
@@ -541,7 +670,8 @@ int cmd_eval_main(int argc, char **argv, const char *llama_server) {
         evalset_free(set);
         return 1;
     }
-    json_t *summary = cmd_eval_summarize(run, p.model, low, p.concurrency);
+    sc.seed = seed;
+    json_t *summary = cmd_eval_summarize(run, p.model, &sc, p.concurrency);
     int status = run->n_errors ? 1 : 0;
     if (!summary) {
         fprintf(stderr, "tandem eval: out of memory\n");

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "eval/eval.h"
 
@@ -20,11 +21,19 @@
  * printed), 2 usage error. */
 int cmd_eval_main(int argc, char **argv, const char *llama_server);
 
+/* How a run is scored. */
+struct cmd_eval_scoring {
+    double low;           /* the low-confidence threshold */
+    double target_risk;   /* selective prediction: the coverage at this risk */
+    unsigned bootstrap;   /* resamples of the 95% intervals; 0 = none */
+    uint64_t seed;        /* of the resampling */
+};
+
 /* Scores a finished run into the documented `tandem eval --json` object
  * (new reference, caller owns; NULL when out of memory). model is reported as
- * given (NULL = none), low is the low-confidence threshold. */
-json_t *cmd_eval_summarize(const struct eval_run *run, const char *model, double low,
-                           unsigned concurrency);
+ * given (NULL = none). */
+json_t *cmd_eval_summarize(const struct eval_run *run, const char *model,
+                           const struct cmd_eval_scoring *sc, unsigned concurrency);
 
 /* Returns answer index i of question q as its JSON value: the option name
  * (choice), the level as an integer (score) or true/false (noul). New

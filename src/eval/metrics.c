@@ -8,6 +8,7 @@
 #include "eval/metrics.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 size_t metrics_top(const double *p, size_t n) {
     size_t best = 0;
@@ -100,6 +101,7 @@ void metrics_summary_add(struct metrics_summary *s, const double *p, const doubl
     s->n++;
     s->correct += correct;
     s->brier_sum += metrics_brier(p, target, n, gold);
+    s->nll_sum += metrics_nll(p, target, n, gold);
     s->low_conf += conf < low_threshold;
     s->conf_sum += conf;
     if (is_score) {
@@ -110,11 +112,12 @@ void metrics_summary_add(struct metrics_summary *s, const double *p, const doubl
 }
 
 struct metrics_result metrics_summary_result(const struct metrics_summary *s) {
-    struct metrics_result r = {NAN, NAN, NAN, NAN, NAN, NAN};
+    struct metrics_result r = {NAN, NAN, NAN, NAN, NAN, NAN, NAN};
     if (s->n) {
         double n = (double)s->n;
         r.accuracy = (double)s->correct / n;
         r.brier = s->brier_sum / n;
+        r.nll = s->nll_sum / n;
         r.ece = metrics_calib_ece(&s->calib);
         r.low_conf_rate = (double)s->low_conf / n;
         r.mean_conf = s->conf_sum / n;
@@ -122,4 +125,141 @@ struct metrics_result metrics_summary_result(const struct metrics_summary *s) {
     if (s->n_score)
         r.mae = s->abs_err_sum / (double)s->n_score;
     return r;
+}
+
+double metrics_nll(const double *p, const double *target, size_t n, size_t gold) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) {
+        double y = target ? target[i] : (i == gold ? 1.0 : 0.0);
+        if (y > 0)
+            s -= y * log(p[i] > METRICS_KL_EPSILON ? p[i] : METRICS_KL_EPSILON);
+    }
+    return s;
+}
+
+/* --- selective prediction ------------------------------------------------------------------- */
+
+static int by_conf_desc(const void *x, const void *y) {
+    double a = ((const struct metrics_answer *)x)->conf, b = ((const struct metrics_answer *)y)->conf;
+    return (a < b) - (a > b);
+}
+
+void metrics_answers_sort(struct metrics_answer *a, size_t n) {
+    if (n > 1)
+        qsort(a, n, sizeof *a, by_conf_desc);
+}
+
+/* The end of the tie group that starts at i (one past its last answer). */
+static size_t group_end(const struct metrics_answer *a, size_t n, size_t i) {
+    size_t j = i + 1;
+    while (j < n && a[j].conf == a[i].conf)
+        j++;
+    return j;
+}
+
+size_t metrics_risk_coverage(const struct metrics_answer *a, size_t n,
+                             struct metrics_rc_point *out, size_t cap) {
+    size_t points = 0, wrong = 0;
+    for (size_t i = 0; i < n;) {
+        size_t end = group_end(a, n, i);
+        for (; i < end; i++)
+            wrong += !a[i].correct;
+        if (points < cap)
+            out[points] = (struct metrics_rc_point){(double)end / (double)n,
+                                                    (double)wrong / (double)end, a[end - 1].conf};
+        points++;
+    }
+    return points;
+}
+
+double metrics_aurc(const struct metrics_answer *a, size_t n) {
+    if (n == 0)
+        return NAN;
+    double sum = 0;
+    size_t wrong = 0;
+    for (size_t i = 0; i < n;) {
+        size_t start = i, end = group_end(a, n, i);
+        for (; i < end; i++)
+            wrong += !a[i].correct;
+        sum += (double)(end - start) * (double)wrong / (double)end;
+    }
+    return sum / (double)n;
+}
+
+double metrics_coverage_at_risk(const struct metrics_answer *a, size_t n, double target,
+                                double *threshold) {
+    double best = 0, at = NAN;
+    size_t wrong = 0;
+    for (size_t i = 0; i < n;) {
+        size_t end = group_end(a, n, i);
+        for (; i < end; i++)
+            wrong += !a[i].correct;
+        if ((double)wrong / (double)end <= target)
+            best = (double)end / (double)n, at = a[end - 1].conf;
+    }
+    if (threshold)
+        *threshold = at;
+    return best;
+}
+
+/* --- bootstrap ------------------------------------------------------------------------------ */
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int by_value(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* The q-quantile of sorted v[0..n), linear between order statistics. */
+static double quantile(const double *v, size_t n, double q) {
+    double h = (double)(n - 1) * q;
+    size_t lo = (size_t)floor(h);
+    return lo + 1 < n ? v[lo] + (h - (double)lo) * (v[lo + 1] - v[lo]) : v[n - 1];
+}
+
+bool metrics_bootstrap(const struct metrics_answer *a, size_t n, metrics_stat_fn stat,
+                       void *arg, uint64_t seed, size_t resamples,
+                       struct metrics_answer *scratch, double *values, double *lo,
+                       double *hi) {
+    *lo = *hi = NAN;
+    if (n == 0 || resamples == 0)
+        return false;
+    uint64_t state = seed;
+    for (size_t r = 0; r < resamples; r++) {
+        for (size_t i = 0; i < n; i++)
+            scratch[i] = a[splitmix64(&state) % n];
+        values[r] = stat(scratch, n, arg);
+    }
+    qsort(values, resamples, sizeof *values, by_value);
+    *lo = quantile(values, resamples, 0.025);
+    *hi = quantile(values, resamples, 0.975);
+    return true;
+}
+
+double metrics_stat_accuracy(struct metrics_answer *a, size_t n, void *arg) {
+    (void)arg;
+    size_t right = 0;
+    for (size_t i = 0; i < n; i++)
+        right += a[i].correct;
+    return n ? (double)right / (double)n : NAN;
+}
+
+double metrics_stat_ece(struct metrics_answer *a, size_t n, void *arg) {
+    (void)arg;
+    struct metrics_calib c;
+    metrics_calib_init(&c);
+    for (size_t i = 0; i < n; i++)
+        metrics_calib_add(&c, a[i].conf, a[i].correct);
+    return metrics_calib_ece(&c);
+}
+
+double metrics_stat_coverage(struct metrics_answer *a, size_t n, void *arg) {
+    metrics_answers_sort(a, n);
+    return metrics_coverage_at_risk(a, n, *(const double *)arg, NULL);
 }

@@ -70,6 +70,7 @@ struct metrics_summary {
     uint64_t n;             /* scored answers */
     uint64_t correct;       /* top answer == gold */
     double brier_sum;       /* sum of Brier scores */
+    double nll_sum;         /* sum of negative log-likelihoods */
     uint64_t low_conf;      /* answers with top-answer confidence < threshold */
     double conf_sum;        /* sum of top-answer confidences */
     uint64_t n_score;       /* score answers, for the MAE */
@@ -91,6 +92,7 @@ void metrics_summary_add(struct metrics_summary *s, const double *p, const doubl
 struct metrics_result {
     double accuracy;      /* correct / n */
     double brier;         /* mean Brier score */
+    double nll;           /* mean negative log-likelihood, nats */
     double ece;           /* expected calibration error, 15 bins */
     double low_conf_rate; /* low_conf / n */
     double mean_conf;     /* mean top-answer confidence */
@@ -99,5 +101,68 @@ struct metrics_result {
 
 /* Returns the finished numbers of *s. */
 struct metrics_result metrics_summary_result(const struct metrics_summary *s);
+
+/* Returns the negative log-likelihood -sum_i y_i ln max(p[i], METRICS_KL_EPSILON)
+ * in nats, with y as in metrics_brier (target, or one-hot gold); terms with
+ * y_i = 0 are 0. */
+double metrics_nll(const double *p, const double *target, size_t n, size_t gold);
+
+/* --- selective prediction: answer only above a confidence ------------------------------- */
+
+/* One scored answer: its top-answer confidence and whether it was right. */
+struct metrics_answer {
+    double conf;
+    bool correct;
+};
+
+/* Sorts a[0..n) by confidence, highest first. */
+void metrics_answers_sort(struct metrics_answer *a, size_t n);
+
+/* One cut of the risk-coverage curve: answering only when the confidence is
+ * at least threshold keeps coverage of the answers, and risk of those kept
+ * are wrong. */
+struct metrics_rc_point {
+    double coverage, risk, threshold;
+};
+
+/* The risk-coverage curve of a[0..n), sorted by metrics_answers_sort: one
+ * point per distinct confidence, from the highest, each cutting after the
+ * last answer of that confidence (tied answers are kept or dropped together).
+ * Writes the first cap points into out (may be NULL when cap is 0) and
+ * returns how many there are. */
+size_t metrics_risk_coverage(const struct metrics_answer *a, size_t n,
+                             struct metrics_rc_point *out, size_t cap);
+
+/* Returns the area under the risk-coverage curve of a[0..n) (sorted):
+ * (1/n) sum_{k=1..n} risk_k, where risk_k is the risk of the cut that keeps
+ * the k-th most confident answer (its tie group's cut); NaN when n is 0. */
+double metrics_aurc(const struct metrics_answer *a, size_t n);
+
+/* Returns the largest coverage of a cut of a[0..n) (sorted) whose risk is at
+ * most target, 0 when none is; *threshold (optional output) gets that cut's
+ * confidence, NaN when none. */
+double metrics_coverage_at_risk(const struct metrics_answer *a, size_t n, double target,
+                                double *threshold);
+
+/* --- bootstrap intervals --------------------------------------------------------------- */
+
+/* A statistic of a set of answers (it may reorder them). */
+typedef double (*metrics_stat_fn)(struct metrics_answer *a, size_t n, void *arg);
+
+/* A 95% bootstrap interval: the 2.5th and 97.5th percentiles (linear between
+ * order statistics, as numpy's default) of stat over `resamples` resamples of
+ * a[0..n) drawn with replacement by a seeded splitmix64. scratch must hold n
+ * answers and values `resamples` doubles (both caller-owned). Returns false
+ * (lo = hi = NaN) when n or resamples is 0. */
+bool metrics_bootstrap(const struct metrics_answer *a, size_t n, metrics_stat_fn stat,
+                       void *arg, uint64_t seed, size_t resamples,
+                       struct metrics_answer *scratch, double *values, double *lo,
+                       double *hi);
+
+/* Statistics for metrics_bootstrap: accuracy, ECE (15 bins), and coverage at
+ * the risk *(double *)arg. */
+double metrics_stat_accuracy(struct metrics_answer *a, size_t n, void *arg);
+double metrics_stat_ece(struct metrics_answer *a, size_t n, void *arg);
+double metrics_stat_coverage(struct metrics_answer *a, size_t n, void *arg);
 
 #endif

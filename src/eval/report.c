@@ -94,6 +94,38 @@ tandem_err report_reliability_svg(const json_t *bins, char **out, size_t *len) {
     return svg_finish(s, out, len);
 }
 
+tandem_err report_risk_coverage_svg(const json_t *selective, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    const json_t *curve = json_object_get(selective, "curve");
+    if (!json_is_array(curve))
+        return TANDEM_ERR_FORMAT;
+    struct svg *s;
+    tandem_err e = svg_new(CHART_W, CHART_H, "Risk-coverage curve", &s);
+    if (e)
+        return e;
+    axes(s, "coverage (answers kept)", "risk (error rate of those kept)", 1);
+    double target = num(selective, "target_risk"), at = num(selective, "coverage_at_target_risk");
+    char title[96];
+    snprintf(title, sizeof title, "Risk-coverage curve (AURC %.3f)", num(selective, "aurc"));
+    svg_text(s, PAD_L + PLOT_W / 2, 18, "middle", 14, 0, title);
+    svg_line(s, X(0), Y(target), X(1), Y(target), "#cc0000", 1, 1);
+    double px = 0, py = 0;
+    size_t i;
+    const json_t *pt;
+    json_array_foreach(curve, i, pt) {
+        double c = num(pt, "coverage"), r = num(pt, "risk");
+        char tip[128];
+        snprintf(tip, sizeof tip, "confidence >= %.4f: coverage %.3f, risk %.3f",
+                 num(pt, "threshold"), c, r);
+        if (i)
+            svg_line(s, X(px), Y(py), X(c), Y(r), "#3d85c6", 2, 0);
+        svg_circle(s, X(c), Y(r), c == at ? 5 : 2.5, c == at ? "#cc0000" : "#3d85c6", tip);
+        px = c, py = r;
+    }
+    return svg_finish(s, out, len);
+}
+
 tandem_err report_histogram_svg(const json_t *bins, char **out, size_t *len) {
     *out = NULL;
     *len = 0;
@@ -203,6 +235,34 @@ static void inline_svg(struct page *p, tandem_err (*draw)(const json_t *, char *
 
 static const char *const groups[] = {"overall", "choice", "score", "noul"};
 
+/* "[lo, hi]" of interval name, or "" without intervals. */
+static void interval(struct page *p, const json_t *s, const char *name) {
+    const json_t *iv = json_object_get(json_object_get(s, "intervals"), name);
+    if (json_array_size(iv) == 2)
+        putf(p, " (95%% interval %.3f to %.3f)", json_number_value(json_array_get(iv, 0)),
+             json_number_value(json_array_get(iv, 1)));
+}
+
+static void selective_section(struct page *p, const json_t *s) {
+    const json_t *sel = json_object_get(s, "selective");
+    const json_t *overall = json_object_get(json_object_get(s, "metrics"), "overall");
+    if (!json_is_object(sel))
+        return;
+    putf(p, "\n<h2>Selective prediction</h2>\n<p>Answering only when the top probability is "
+            "at least a threshold: AURC %.4f; at risk &le; %.3f the coverage is %.3f",
+         num(sel, "aurc"), num(sel, "target_risk"), num(sel, "coverage_at_target_risk"));
+    interval(p, s, "coverage_at_target_risk");
+    const json_t *th = json_object_get(sel, "threshold");
+    if (json_is_number(th))
+        putf(p, ", with threshold %.4f", json_number_value(th));
+    putf(p, ". Accuracy %.3f", num(overall, "accuracy"));
+    interval(p, s, "accuracy");
+    putf(p, ", ECE %.3f", num(overall, "ece"));
+    interval(p, s, "ece");
+    put(p, ".</p>\n");
+    inline_svg(p, report_risk_coverage_svg, sel);
+}
+
 tandem_err report_eval_html(const json_t *s, char **out, size_t *len) {
     *out = NULL;
     *len = 0;
@@ -233,7 +293,8 @@ tandem_err report_eval_html(const json_t *s, char **out, size_t *len) {
         put(&p, "</tr>");
     }
     put(&p, "</table>\n<h2>Metrics</h2>\n<table><tr><th>type</th><th>n</th><th>accuracy</th>"
-            "<th>Brier</th><th>ECE</th><th>low-confidence rate</th><th>mean confidence</th>"
+            "<th>Brier</th><th>NLL</th><th>ECE</th><th>low-confidence rate</th>"
+            "<th>mean confidence</th>"
             "<th>MAE</th></tr>");
     const json_t *m = json_object_get(s, "metrics");
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
@@ -244,6 +305,7 @@ tandem_err report_eval_html(const json_t *s, char **out, size_t *len) {
              (long long)json_integer_value(json_object_get(row, "n")));
         num_cell(&p, row, "accuracy");
         num_cell(&p, row, "brier");
+        num_cell(&p, row, "nll");
         num_cell(&p, row, "ece");
         num_cell(&p, row, "low_confidence_rate");
         num_cell(&p, row, "mean_confidence");
@@ -256,6 +318,7 @@ tandem_err report_eval_html(const json_t *s, char **out, size_t *len) {
     put(&p, "<h2>Calibration</h2>\n");
     inline_svg(&p, report_reliability_svg, bins);
     inline_svg(&p, report_histogram_svg, bins);
+    selective_section(&p, s);
 
     const json_t *st = json_object_get(s, "stability");
     const char *verdict = json_string_value(json_object_get(st, "verdict"));

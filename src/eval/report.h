@@ -3,7 +3,8 @@
  * Rendered from the `tandem eval --json` summary object alone (no network, no
  * scripts, no external files): the metrics table, an SVG reliability diagram
  * (accuracy against confidence per bin, with counts), an SVG confidence
- * histogram, the stability verdict, the failed requests and every question's
+ * histogram, selective prediction with its risk-coverage curve, the stability
+ * verdict, the failed requests and every question's
  * result. */
 #ifndef TANDEM_REPORT_H
 #define TANDEM_REPORT_H
@@ -31,5 +32,12 @@ tandem_err report_reliability_svg(const json_t *reliability, char **out, size_t 
 /* Renders the confidence histogram (bar per bin, height = n) of the same
  * bins as an SVG document (*out, as above). */
 tandem_err report_histogram_svg(const json_t *reliability, char **out, size_t *len);
+
+/* Renders the risk-coverage curve of selective (the summary's "selective"
+ * object: target_risk, aurc, coverage_at_target_risk, curve of {coverage,
+ * risk, threshold}) as an SVG document (*out, as above), the target risk as a
+ * dashed line and its cut marked. Returns TANDEM_ERR_NOMEM or
+ * TANDEM_ERR_FORMAT (no curve). */
+tandem_err report_risk_coverage_svg(const json_t *selective, char **out, size_t *len);
 
 #endif

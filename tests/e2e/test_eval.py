@@ -71,8 +71,9 @@ def test_eval_on_the_shipped_set_reports_real_numbers(shipped_run):
     assert m["overall"]["n"] == s["questions"]
     assert sum(m[t]["n"] for t in ("choice", "score", "noul")) == m["overall"]["n"]
     for name, row in m.items():
-        assert set(row) == {"n", "accuracy", "brier", "ece", "low_confidence_rate",
+        assert set(row) == {"n", "accuracy", "brier", "nll", "ece", "low_confidence_rate",
                             "mean_confidence", "mae"}
+        assert row["nll"] > 0
         assert row["n"] > 0
         assert 0 <= row["accuracy"] <= 1 and 0 <= row["ece"] <= 1
         assert 0 < row["brier"] < 2 and 0 <= row["low_confidence_rate"] <= 1
@@ -81,6 +82,13 @@ def test_eval_on_the_shipped_set_reports_real_numbers(shipped_run):
     assert len(s["reliability"]) == 15
     assert sum(b["n"] for b in s["reliability"]) == m["overall"]["n"]
     assert s["stability"]["verdict"] == "not measured"
+    sel, iv = s["selective"], s["intervals"]
+    assert sel["target_risk"] == 0.05 and 0 < sel["aurc"] < 1
+    assert 0 <= sel["coverage_at_target_risk"] <= 1 and len(sel["curve"]) > 5
+    assert sel["curve"][-1]["coverage"] == 1
+    assert abs(sel["curve"][-1]["risk"] - (1 - m["overall"]["accuracy"])) < 1e-12
+    assert iv["resamples"] == 1000 and iv["seed"] == 1
+    assert iv["accuracy"][0] < m["overall"]["accuracy"] < iv["accuracy"][1]
     assert len(s["results"]) == s["questions"]
     r = s["results"][0]
     assert set(r) == {"case", "question", "type", "gold", "answer", "p", "correct", "brier",
@@ -95,8 +103,12 @@ def test_table_output(tandem_bin, smollm2, tmp_path):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("tandem eval: ") and "4 cases" in lines[0]
-    assert re.match(r"type +n +accuracy +brier +ece +low-conf +mean-conf +mae$", lines[2])
-    assert re.match(r"overall +\d+ +[0-9.]+ +[0-9.]+ +[0-9.]+ ", lines[3])
+    assert re.match(r"type +n +accuracy +brier +nll +ece +low-conf +mean-conf +mae$", lines[2])
+    assert re.match(r"overall +\d+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ ", lines[3])
+    assert re.search(r"^selective: AURC [0-9.]+; coverage at risk <= 0.050: [0-9.]+ "
+                     r"\[[0-9.]+, [0-9.]+\]", out.stdout, re.M)
+    assert re.search(r"^95% intervals \(1000 bootstrap resamples, seed 1\): accuracy [0-9.]+ "
+                     r"\[[0-9.]+, [0-9.]+\], ECE", out.stdout, re.M)
     assert "stability: not measured" in out.stdout
     assert "errors: none (4 requests answered)" in out.stdout
     assert out.stderr == "", "no progress line when stderr is not a terminal"
@@ -294,8 +306,12 @@ def test_html_report_renders_in_headless_chromium(shipped_run, tmp_path):
     assert "http://" not in html.replace(summary["endpoint"], "").replace(
         "http://www.w3.org/2000/svg", ""), "the report must be self-contained"
     svgs = re.findall(r"<svg\b.*?</svg>", html, re.S)
-    assert len(svgs) == 2
-    reliability, histogram = (ET.fromstring(s) for s in svgs)  # well-formed XML
+    assert len(svgs) == 3
+    reliability, histogram, risk_coverage = (ET.fromstring(s) for s in svgs)  # well-formed XML
+    # one point per cut of the risk-coverage curve, and a line between neighbours
+    curve = summary["selective"]["curve"]
+    assert len(risk_coverage.findall(f"{SVG_NS}circle")) == len(curve)
+    assert "Selective prediction" in html and "AURC" in html
     non_empty = [b for b in summary["reliability"] if b["n"]]
     # one bar and one point per non-empty bin, besides the plot background
     assert len(reliability.findall(f"{SVG_NS}circle")) == len(non_empty) > 0
@@ -322,4 +338,5 @@ def test_html_report_renders_in_headless_chromium(shipped_run, tmp_path):
                           "--dump-dom", report.as_uri()], capture_output=True, text=True,
                          timeout=120)
     assert dom.returncode == 0, dom.stderr
-    assert dom.stdout.count("<svg") == 2 and dom.stdout.count("<circle") == len(non_empty)
+    assert dom.stdout.count("<svg") == 3
+    assert dom.stdout.count("<circle") == len(non_empty) + len(curve)

@@ -142,13 +142,55 @@ def numpy_metrics(cases, table):
         bins = np.minimum(np.floor(conf * BINS).astype(int), BINS - 1)
         ece = sum(np.sum(bins == b) / n * abs(correct[bins == b].mean() - conf[bins == b].mean())
                   for b in range(BINS) if np.any(bins == b))
+        nll = np.array([
+            -np.sum(y[y > 0] * np.log(np.maximum(p[y > 0], 1e-12)))
+            for p, y in ((p, t if t is not None else np.eye(len(p))[g])
+                         for p, g, t in zip(grp["p"], grp["gold"], grp["target"]))])
         mae = [abs(np.dot(np.arange(len(p)), p) - g)
                for p, g, s in zip(grp["p"], grp["gold"], grp["score"]) if s]
         out[name] = {"n": n, "accuracy": correct.mean(), "brier": brier.mean(), "ece": ece,
+                     "nll": nll.mean(), "conf": conf, "correct": correct,
                      "low_confidence_rate": np.mean(conf < LOW), "mean_confidence": conf.mean(),
                      "mae": np.mean(mae) if mae else None,
                      "bins": np.bincount(bins, minlength=BINS)}
     return out
+
+
+def numpy_selective(conf, correct, target_risk):
+    """The risk-coverage curve cut after each distinct confidence (ties together), its
+    area as the mean over answers of their cut's risk, and the coverage at a risk."""
+    order = np.argsort(-conf, kind="stable")
+    conf, wrong = conf[order], ~correct[order]
+    levels = np.unique(conf)[::-1]
+    kept = np.array([np.sum(conf >= c) for c in levels])
+    risk = np.array([np.sum(wrong[:k]) / k for k in kept])
+    per_answer = np.repeat(risk, np.diff(np.concatenate([[0], kept])))
+    ok = risk <= target_risk
+    coverage = kept[ok].max() / len(conf) if ok.any() else 0.0
+    return {"coverage": kept / len(conf), "risk": risk, "threshold": levels,
+            "aurc": per_answer.mean(), "coverage_at_target_risk": coverage}
+
+
+def check_selective(got, overall):
+    sel = got["selective"]
+    want = numpy_selective(overall["conf"], overall["correct"], sel["target_risk"])
+    assert sel["target_risk"] == 0.05
+    assert abs(sel["aurc"] - want["aurc"]) < TOL, (sel["aurc"], want["aurc"])
+    assert abs(sel["coverage_at_target_risk"] - want["coverage_at_target_risk"]) < TOL
+    assert len(sel["curve"]) == len(want["risk"]) > 10
+    for pt, c, r, t in zip(sel["curve"], want["coverage"], want["risk"], want["threshold"]):
+        assert abs(pt["coverage"] - c) < TOL and abs(pt["risk"] - r) < TOL
+        assert abs(pt["threshold"] - t) < TOL
+    iv = got["intervals"]
+    assert iv["resamples"] == 1000 and iv["seed"] == 1
+    for key, point in (("accuracy", got["metrics"]["overall"]["accuracy"]),
+                       ("ece", got["metrics"]["overall"]["ece"]),
+                       ("coverage_at_target_risk", sel["coverage_at_target_risk"])):
+        lo, hi = iv[key]
+        assert lo <= hi and lo - 0.05 <= point <= hi + 0.05, (key, lo, point, hi)
+    lo, hi = iv["accuracy"]  # the binomial standard error of the accuracy, roughly
+    se = np.sqrt(overall["accuracy"] * (1 - overall["accuracy"]) / len(overall["conf"]))
+    assert 2 * se < hi - lo < 6 * se, (lo, hi, se)
 
 
 def run_json(tandem_bin, *args):
@@ -176,13 +218,14 @@ def test_eval_metrics_match_numpy(tandem_bin, tmp_path, seed):
     for name, w in want.items():
         g = got["metrics"][name]
         assert g["n"] == w["n"] > 0, name
-        for key in ("accuracy", "brier", "ece", "low_confidence_rate", "mean_confidence"):
+        for key in ("accuracy", "brier", "nll", "ece", "low_confidence_rate", "mean_confidence"):
             assert abs(g[key] - w[key]) < TOL, (name, key, g[key], w[key])
         if w["mae"] is None:
             assert g["mae"] is None
         else:
             assert abs(g["mae"] - w["mae"]) < TOL, (name, g["mae"], w["mae"])
     assert [b["n"] for b in got["reliability"]] == list(want["overall"]["bins"])
+    check_selective(got, want["overall"])
     # the numbers are not degenerate: calibration is imperfect, answers spread over bins
     assert want["overall"]["ece"] > 0.01
     assert sum(1 for n in want["overall"]["bins"] if n) >= 8
