@@ -30,14 +30,16 @@ static void usage(FILE *f) {
             "usage: tandem eval --endpoint URL --data FILE [--model M] [--repeat N]\n"
             "                   [--concurrency K] [--report out.html] [--json]\n"
             "                   [--api-key KEY] [--low-confidence P] [--timeout S] [--retries R]\n"
+            "                   [--target-risk R] [--bootstrap N] [--seed S]\n"
             "\n"
             "Sends every case of FILE (JSONL, see docs/eval-format.md) to URL/v1/systemone and\n"
             "scores the answers against the gold ones: accuracy (noul at 0.5), Brier score,\n"
             "NLL, ECE over 15 confidence bins, MAE of score questions and the low-confidence\n"
             "rate, overall and per question type; the risk-coverage curve, its area (AURC)\n"
-            "and the coverage at a target risk, with bootstrap intervals. With --repeat N every case is sent N times and\n"
-            "each question's answers are compared: max |dp| and top-answer flips; the verdict\n"
-            "is \"deterministic\" only if every repeat returned identical probabilities.\n"
+            "and the coverage at a target risk, with bootstrap intervals. With --repeat N\n"
+            "every case is sent N times and each question's answers are compared: max |dp|\n"
+            "and top-answer flips; the verdict is \"deterministic\" only if every repeat\n"
+            "returned identical probabilities.\n"
             "\n"
             "  --endpoint URL        any /v1/systemone server: tandem, llama-server, a hosted API\n"
             "  --config F            tandem serve's configuration: not available in this build\n"
@@ -112,8 +114,7 @@ static json_t *summary_json(const struct metrics_summary *s) {
     struct metrics_result r = metrics_summary_result(s);
     return json_pack("{s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "n", (json_int_t)s->n, "accuracy",
                      cmd_eval_number(r.accuracy), "brier", cmd_eval_number(r.brier), "nll",
-                     cmd_eval_number(r.nll), "ece",
-                     cmd_eval_number(r.ece), "low_confidence_rate",
+                     cmd_eval_number(r.nll), "ece", cmd_eval_number(r.ece), "low_confidence_rate",
                      cmd_eval_number(r.low_conf_rate), "mean_confidence",
                      cmd_eval_number(r.mean_conf), "mae", cmd_eval_number(r.mae));
 }
@@ -161,14 +162,14 @@ static json_t *intervals_json(const struct answers *as, const struct cmd_eval_sc
     struct metrics_answer *scratch = mem_alloc_array(as->n, sizeof *scratch);
     double *values = mem_alloc_array(sc->bootstrap, sizeof *values);
     double risk = sc->target_risk;
-    json_t *j = scratch && values
-                    ? json_pack("{s:I,s:I,s:o,s:o,s:o}", "resamples", (json_int_t)sc->bootstrap,
-                                "seed", (json_int_t)sc->seed, "accuracy",
-                                interval_json(as, metrics_stat_accuracy, NULL, sc, scratch, values),
-                                "ece", interval_json(as, metrics_stat_ece, NULL, sc, scratch, values),
-                                "coverage_at_target_risk",
-                                interval_json(as, metrics_stat_coverage, &risk, sc, scratch, values))
-                    : NULL;
+    json_t *j = NULL;
+    if (scratch && values)
+        j = json_pack("{s:I,s:I,s:o,s:o,s:o}", "resamples", (json_int_t)sc->bootstrap, "seed",
+                      (json_int_t)sc->seed, "accuracy",
+                      interval_json(as, metrics_stat_accuracy, NULL, sc, scratch, values), "ece",
+                      interval_json(as, metrics_stat_ece, NULL, sc, scratch, values),
+                      "coverage_at_target_risk",
+                      interval_json(as, metrics_stat_coverage, &risk, sc, scratch, values));
     mem_free(scratch);
     mem_free(values);
     return j;
@@ -620,9 +621,12 @@ int cmd_eval_main(int argc, char **argv, const char *llama_server) {
         case O_LOW: rc = parse_double("--low-confidence", optarg, 0, 1, &sc.low); break;
         case O_RISK: rc = parse_double("--target-risk", optarg, 0, 1, &sc.target_risk); break;
         case O_BOOT:
-            rc = cmd_eval_parse_uint("eval", "--bootstrap", optarg, 0, MAX_BOOTSTRAP, &sc.bootstrap);
+            rc = cmd_eval_parse_uint("eval", "--bootstrap", optarg, 0, MAX_BOOTSTRAP,
+                                     &sc.bootstrap);
             break;
-        case O_SEED: rc = cmd_eval_parse_uint("eval", "--seed", optarg, 0, UINT32_MAX, &seed); break;
+        case O_SEED:
+            rc = cmd_eval_parse_uint("eval", "--seed", optarg, 0, UINT32_MAX, &seed);
+            break;
         case O_TIMEOUT: rc = parse_double("--timeout", optarg, 0.001, 86400, &timeout_s); break;
         case O_RETRIES:
             rc = cmd_eval_parse_uint("eval", "--retries", optarg, 0, 10, &p.retries);

@@ -140,8 +140,8 @@ double metrics_nll(const double *p, const double *target, size_t n, size_t gold)
 /* --- selective prediction ------------------------------------------------------------------- */
 
 static int by_conf_desc(const void *x, const void *y) {
-    double a = ((const struct metrics_answer *)x)->conf, b = ((const struct metrics_answer *)y)->conf;
-    return (a < b) - (a > b);
+    const struct metrics_answer *a = x, *b = y;
+    return (a->conf < b->conf) - (a->conf > b->conf);
 }
 
 void metrics_answers_sort(struct metrics_answer *a, size_t n) {

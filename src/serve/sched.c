@@ -266,10 +266,10 @@ static void on_queue_event(evutil_socket_t fd, short what, void *arg) {
                 oldest = j;
                 break;
             }
-        json_object_set_new(models, m->name,
-                            json_pack("{sisiso}", "waiting", m->n_waiting, "running", m->n_running,
-                                      "oldest_wait_ms",
-                                      oldest ? json_integer(now - oldest->submitted) : json_null()));
+        json_t *wait = oldest ? json_integer(now - oldest->submitted) : json_null();
+        json_object_set_new(models, m->name, json_pack("{sisiso}", "waiting", m->n_waiting,
+                                                       "running", m->n_running, "oldest_wait_ms",
+                                                       wait));
     }
     events_publish(s->p.events, "queue", json_pack("{siso}", "waiting", s->n_waiting, "models",
                                                    models));
