@@ -189,6 +189,13 @@ static bool audit_blocks(struct api *a) {
     return a->audit_seen.pending_lines > 0;
 }
 
+/* The request body as the audit log and the events show it (logs.bodies): its
+ * first AUDIT_BODY_MAX bytes, as text. */
+static json_t *request_body_json(const struct call *c) {
+    size_t n = c->body_len < AUDIT_BODY_MAX ? c->body_len : AUDIT_BODY_MAX;
+    return audit_text(c->body ? c->body : "", n);
+}
+
 /* Probes and scrapes (/health, /livez, /metrics) are not audited: gateways
  * and endpoint pickers send them many times a second. */
 static void audit_call(struct call *c, int status, const char *error) {
@@ -219,8 +226,7 @@ static void audit_call(struct call *c, int status, const char *error) {
     if (error)
         json_object_set_new(rec, "error", audit_text(error, strlen(error)));
     if (a->p.cfg->log_bodies) {
-        size_t n = c->body_len < AUDIT_BODY_MAX ? c->body_len : AUDIT_BODY_MAX;
-        json_object_set_new(rec, "request_body", audit_text(c->body ? c->body : "", n));
+        json_object_set_new(rec, "request_body", request_body_json(c));
         if (c->response_copy)
             json_object_set_new(rec, "response_body",
                                 audit_text(c->response_copy, strlen(c->response_copy)));
@@ -267,8 +273,7 @@ static void publish_request(struct call *c, int status) {
                           (json_int_t)t->running_ms, "total_ms",
                           (json_int_t)(host_now_ms() - c->t0));
     if (e && a->p.cfg->log_bodies) {
-        size_t n = c->body_len < AUDIT_BODY_MAX ? c->body_len : AUDIT_BODY_MAX;
-        json_object_set_new(e, "request_body", audit_text(c->body ? c->body : "", n));
+        json_object_set_new(e, "request_body", request_body_json(c));
     }
     events_publish(a->p.events, "request", e);
 }
@@ -1243,12 +1248,13 @@ struct ui_asset {
     const char *type;
     const unsigned char *data;
     size_t len;
+    char etag[24];    /* "\"<16 hex digits of its SHA-256>\"", made at its first request */
 };
 
-static const struct ui_asset ui_assets[] = {
-    {"", "text/html; charset=utf-8", ui_index_html, sizeof ui_index_html},
-    {"/app.css", "text/css; charset=utf-8", ui_app_css, sizeof ui_app_css},
-    {"/app.js", "text/javascript; charset=utf-8", ui_app_js, sizeof ui_app_js}};
+static struct ui_asset ui_assets[] = {
+    {"", "text/html; charset=utf-8", ui_index_html, sizeof ui_index_html, ""},
+    {"/app.css", "text/css; charset=utf-8", ui_app_css, sizeof ui_app_css, ""},
+    {"/app.js", "text/javascript; charset=utf-8", ui_app_js, sizeof ui_app_js, ""}};
 
 /* GET /ui, /ui/app.css, /ui/app.js: revalidated on every use (Cache-Control:
  * no-cache) against an ETag of the file's bytes, so a new binary's page is
@@ -1256,18 +1262,20 @@ static const struct ui_asset ui_assets[] = {
 static void handle_ui(struct call *c) {
     const char *name = http_req_path(c->r) + strlen("/ui");
     for (size_t i = 0; i < sizeof ui_assets / sizeof *ui_assets; i++) {
-        const struct ui_asset *f = &ui_assets[i];
+        struct ui_asset *f = &ui_assets[i];
         if (strcmp(name, f->name))
             continue;
-        char hex[HASH_SHA256_HEX_LEN + 1], etag[24];
-        hash_buffer_sha256(f->data, f->len, hex);
-        snprintf(etag, sizeof etag, "\"%.16s\"", hex);
+        if (!f->etag[0]) {
+            char hex[HASH_SHA256_HEX_LEN + 1];
+            hash_buffer_sha256(f->data, f->len, hex);
+            snprintf(f->etag, sizeof f->etag, "\"%.16s\"", hex);
+        }
         const char *seen = http_req_header(c->r, "If-None-Match");
-        http_req_add_header(c->r, "ETag", etag);
+        http_req_add_header(c->r, "ETag", f->etag);
         http_req_add_header(c->r, "Cache-Control", "no-cache");
         http_req_add_header(c->r, "X-Content-Type-Options", "nosniff");
         http_req_add_header(c->r, "Content-Security-Policy", UI_CSP);
-        bool fresh = seen && strstr(seen, etag);
+        bool fresh = seen && strstr(seen, f->etag);
         http_req_reply(c->r, fresh ? 304 : 200, f->type, fresh ? NULL : f->data,
                        fresh ? 0 : f->len);
         c->answered = true;

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/time.h>
 
 #include "base/mem.h"
@@ -36,7 +37,7 @@ struct frame {
 struct sub {
     struct events *ev;
     struct http_req *r;
-    struct sub *prev, *next;
+    LIST_ENTRY(sub) link;
 };
 
 struct events {
@@ -45,7 +46,7 @@ struct events {
     uint64_t next_id;
     uint64_t oldest;   /* the oldest id the ring holds; next_id when it holds none */
     size_t held_bytes; /* the frames' bytes in the ring */
-    struct sub *subs;
+    LIST_HEAD(, sub) subs;
     uint32_t n_subs;
     uint64_t dropped;
     struct event *heartbeat;
@@ -60,21 +61,11 @@ struct events_params events_default_params(void) {
 
 /* --- subscribers --------------------------------------------------------------------------- */
 
-static void unlink_sub(struct sub *s) {
-    struct events *ev = s->ev;
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        ev->subs = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
-    ev->n_subs--;
-}
-
 /* The client hung up (or was dropped): end its stream, which frees r. */
 static void on_sub_gone(void *arg) {
     struct sub *s = arg;
-    unlink_sub(s);
+    LIST_REMOVE(s, link);
+    s->ev->n_subs--;
     http_req_stream_end(s->r);
     mem_free(s);
 }
@@ -97,9 +88,9 @@ static bool send_to(struct sub *s, const char *text, size_t len) {
 }
 
 static void send_all(struct events *ev, const char *text, size_t len) {
-    struct sub *s = ev->subs;
+    struct sub *s = LIST_FIRST(&ev->subs);
     while (s) {
-        struct sub *next = s->next; /* s may be dropped */
+        struct sub *next = LIST_NEXT(s, link); /* s may be dropped */
         send_to(s, text, len);
         s = next;
     }
@@ -128,6 +119,7 @@ struct events *events_new(struct event_base *base, const struct events_params *p
     if (ev->p.heartbeat_ms <= 0)
         ev->p.heartbeat_ms = d.heartbeat_ms;
     ev->next_id = ev->oldest = 1;
+    LIST_INIT(&ev->subs);
     ev->ring = mem_calloc(ev->p.ring, sizeof *ev->ring);
     ev->heartbeat = event_new(base, -1, EV_PERSIST, on_heartbeat, ev);
     if (!ev->ring || !ev->heartbeat) {
@@ -141,8 +133,8 @@ struct events *events_new(struct event_base *base, const struct events_params *p
 }
 
 void events_close_all(struct events *ev) {
-    while (ev && ev->subs) {
-        struct sub *s = ev->subs;
+    struct sub *s;
+    while (ev && (s = LIST_FIRST(&ev->subs))) {
         http_req_on_gone(s->r, NULL, NULL);
         on_sub_gone(s);
     }
@@ -271,10 +263,8 @@ int events_subscribe(struct events *ev, struct http_req *r, const char *last_eve
     struct sub *s = mem_calloc(1, sizeof *s);
     if (!s)
         return 500;
-    *s = (struct sub){.ev = ev, .r = r, .next = ev->subs};
-    if (ev->subs)
-        ev->subs->prev = s;
-    ev->subs = s;
+    *s = (struct sub){.ev = ev, .r = r};
+    LIST_INSERT_HEAD(&ev->subs, s, link);
     ev->n_subs++;
     http_req_on_gone(r, on_sub_gone, s);
     http_req_add_header(r, "X-Accel-Buffering", "no");
