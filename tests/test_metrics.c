@@ -169,3 +169,27 @@ Test(metrics, bootstrap_percentiles_and_seeding) {
                                     &hi));
     cr_assert(isnan(lo) && isnan(hi));
 }
+
+Test(metrics, threshold_search_and_the_answers_a_precision_needs) {
+    /* sorted: 0.9 R, 0.8 R, 0.7 W, 0.6 R, 0.5 R, 0.4 W. Precision of the cuts:
+     * 1, 1, 2/3, 3/4, 4/5, 4/6: at 0.75 the largest cut keeps down to 0.5 */
+    struct metrics_answer a[6] = {{0.6, true}, {0.9, true}, {0.4, false},
+                                  {0.8, true}, {0.5, true}, {0.7, false}};
+    double risk = 0.25, threshold;
+    cr_assert_float_eq(metrics_stat_threshold(a, 6, &risk), 0.5, 1e-12);
+    metrics_coverage_at_risk(a, 6, risk, &threshold);
+    cr_assert_float_eq(threshold, 0.5, 1e-12);
+    risk = 0.1; /* 1 - 0.9: only the first two */
+    cr_assert_float_eq(metrics_stat_threshold(a, 6, &risk), 0.8, 1e-12);
+    struct metrics_answer wrong[2] = {{0.9, false}, {0.2, false}};
+    cr_assert(isinf(metrics_stat_threshold(wrong, 2, &risk)), "unreachable: accept nothing");
+    cr_assert_eq(metrics_min_answers_for_precision(0.95), 59);
+    cr_assert_eq(metrics_min_answers_for_precision(0.9), 29);
+    cr_assert_eq(metrics_min_answers_for_precision(0.8), 14);
+    cr_assert_eq(metrics_min_answers_for_precision(0.5), 5);
+    double lo, hi, values[200];
+    struct metrics_answer scratch[2];
+    cr_assert(metrics_bootstrap(wrong, 2, metrics_stat_threshold, &risk, 1, 200, scratch, values,
+                                &lo, &hi));
+    cr_assert(isinf(lo) && isinf(hi), "every resample unreachable: [inf, inf], not NaN");
+}

@@ -1,4 +1,4 @@
-/* host.c: host memory from /proc/meminfo, and the monotonic clock.
+/* host.c: host memory from /proc/meminfo, the monotonic clock, atomic file writes.
  *
  * Lines look like "MemAvailable:   22071236 kB". Parsing is strict: a key must
  * start a line, be followed by a colon, digits and the "kB" unit; anything
@@ -6,11 +6,15 @@
 #include "base/host.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#include "base/mem.h"
 
 /* Finds "key:" at the start of a line and parses its kB value into bytes. */
 static tandem_err field_bytes(const char *text, const char *key, uint64_t *out) {
@@ -83,4 +87,25 @@ tandem_err host_proc_field(long pid, const char *file, const char *field, uint64
         found = !strncmp(line, field, n) && sscanf(line + n, "%" SCNu64, out) == 1;
     fclose(f);
     return found ? TANDEM_OK : TANDEM_ERR_NOTFOUND;
+}
+
+tandem_err host_write_atomic(const char *path, const void *data, size_t len) {
+    size_t n = strlen(path) + 32;
+    char *tmp = mem_alloc(n);
+    if (!tmp)
+        return TANDEM_ERR_NOMEM;
+    snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(data, 1, len, f) == len;
+    if (f && fclose(f) != 0)
+        ok = false;
+    if (ok && rename(tmp, path) != 0)
+        ok = false;
+    if (!ok) {
+        int saved = errno;
+        unlink(tmp);
+        errno = saved;
+    }
+    mem_free(tmp);
+    return ok ? TANDEM_OK : TANDEM_ERR_IO;
 }

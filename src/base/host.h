@@ -2,6 +2,7 @@
 #ifndef TANDEM_HOST_H
 #define TANDEM_HOST_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/err.h"
@@ -29,5 +30,11 @@ tandem_err host_proc_field(long pid, const char *file, const char *field, uint64
 /* Milliseconds on the monotonic clock (CLOCK_MONOTONIC): for deadlines and
  * durations, never for wall time. */
 int64_t host_now_ms(void);
+
+/* Writes data[0..len) to path through a temporary file beside it and a
+ * rename, so that path holds the old bytes or the new ones, never a part.
+ * Returns TANDEM_OK, TANDEM_ERR_NOMEM, or TANDEM_ERR_IO with errno set (the
+ * temporary file is removed). */
+tandem_err host_write_atomic(const char *path, const void *data, size_t len);
 
 #endif

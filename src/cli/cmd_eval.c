@@ -7,7 +7,9 @@
  * answer; stability compares each question's repeats with exact equality of
  * the returned probabilities (the verdict "deterministic" allows no
  * difference at all). Failed requests are listed one by one and make the
- * exit status 1, after the report of what was answered. */
+ * exit status 1, after the report of what was answered. Options add sections
+ * to the same summary: "permutation" (permute.c), "thresholds"
+ * (cmd_eval_thresholds.c) and "compare" (an earlier summary's metrics). */
 #include "cli/cmd_eval.h"
 
 #include <errno.h>
@@ -18,19 +20,26 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/host.h"
 #include "base/mem.h"
 #include "eval/metrics.h"
+#include "eval/permute.h"
 #include "eval/report.h"
+#include "cli/cmd_eval_thresholds.h"
 
 #define DEFAULT_LOW_CONFIDENCE 0.6
 #define MAX_BOOTSTRAP 100000
+#define MAX_PERMUTE 100
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tandem eval --endpoint URL --data FILE [--model M] [--repeat N]\n"
             "                   [--concurrency K] [--report out.html] [--json]\n"
             "                   [--api-key KEY] [--low-confidence P] [--timeout S] [--retries R]\n"
-            "                   [--target-risk R] [--bootstrap N] [--seed S]\n"
+            "                   [--target-risk R] [--bootstrap N] [--seed S] [--permute K]\n"
+            "                   [--suggest-thresholds [--target-precision P]\n"
+            "                    [--write-thresholds PIPELINE (--config F | --apply F)]]\n"
+            "                   [--compare BEFORE.json]\n"
             "\n"
             "Sends every case of FILE (JSONL, see docs/eval-format.md) to URL/v1/systemone and\n"
             "scores the answers against the gold ones: accuracy (noul at 0.5), Brier score,\n"
@@ -42,7 +51,8 @@ static void usage(FILE *f) {
             "returned identical probabilities.\n"
             "\n"
             "  --endpoint URL        any /v1/systemone server: tandem, llama-server, a hosted API\n"
-            "  --config F            tandem serve's configuration: not available in this build\n"
+            "  --config F            tandem serve's configuration, whose pipeline\n"
+            "                        --write-thresholds names\n"
             "  --model M             the request's \"model\" (omitted when not given)\n"
             "  --data FILE           the dataset\n"
             "  --repeat N            send each case N times (default 1, at most %u)\n"
@@ -58,12 +68,26 @@ static void usage(FILE *f) {
             "                        of the answers kept) is at most R (default 0.05)\n"
             "  --bootstrap N         resamples of the 95%% intervals of accuracy, ECE and that\n"
             "                        coverage (default 1000, at most %u; 0 = none)\n"
-            "  --seed S              of the resampling (default 1)\n"
+            "  --seed S              of the resampling and the permutations (default 1)\n"
+            "  --permute K           the option-order test: ask every choice question again\n"
+            "                        with its options in K seeded orders (at most %u); flip\n"
+            "                        rate, mean |dp| and the chi-square test of position bias\n"
+            "  --suggest-thresholds  for every noul question, the lowest P(true) threshold whose\n"
+            "                        accepted answers reach the target precision, and for\n"
+            "                        choice questions the lowest confidence (min_confidence)\n"
+            "  --target-precision P  of --suggest-thresholds (default 0.95)\n"
+            "  --write-thresholds PIPELINE  print the pipeline's verdict lines for those\n"
+            "                        thresholds, as YAML in the config's syntax\n"
+            "  --apply F             rewrite those lines of config F in place (comments kept,\n"
+            "                        the old file saved as F.bak)\n"
+            "  --compare FILE        an earlier --json summary (e.g. before `tandem calibrate`):\n"
+            "                        the table and report show calibration before and after\n"
             "  -h, --help\n"
             "\n"
             "Exit status: 0 every request answered, 1 the dataset or some request failed\n"
             "(failures are listed per case, after the report), 2 usage error.\n",
-            EVAL_MAX_REPEAT, EVAL_MAX_CONCURRENCY, DEFAULT_LOW_CONFIDENCE, MAX_BOOTSTRAP);
+            EVAL_MAX_REPEAT, EVAL_MAX_CONCURRENCY, DEFAULT_LOW_CONFIDENCE, MAX_BOOTSTRAP,
+            MAX_PERMUTE);
 }
 
 json_t *cmd_eval_number(double x) { return isfinite(x) ? json_real(x) : json_null(); }
@@ -434,6 +458,71 @@ static void print_selective(const json_t *s) {
     printf("\n");
 }
 
+/* Prints the positions' rates (at most the first 10) of key "rate" or "uniform_rate". */
+static void print_position_rates(const json_t *positions, const char *key) {
+    size_t j;
+    const json_t *row;
+    json_array_foreach(positions, j, row) {
+        if (j == 10) {
+            printf(" ...");
+            break;
+        }
+        printf("%s%s %.2f", j ? " " : "", json_string_value(json_object_get(row, "label")),
+               json_number_value(json_object_get(row, key)));
+    }
+}
+
+/* The option-order test (--permute K): flips, |dp|, chosen positions against uniform. */
+static void print_permutation(const json_t *s) {
+    const json_t *pm = json_object_get(s, "permutation");
+    if (!json_is_object(pm))
+        return;
+    json_int_t asked = json_integer_value(json_object_get(pm, "orders_asked"));
+    printf("\noption order: %lld permutations of %lld choice questions, %lld answered",
+           (long long)json_integer_value(json_object_get(pm, "k")),
+           (long long)json_integer_value(json_object_get(pm, "choice_questions")),
+           (long long)asked);
+    json_int_t failed = json_integer_value(json_object_get(pm, "orders_failed"));
+    if (failed)
+        printf(" (%lld failed, left out)", (long long)failed);
+    if (!asked) {
+        printf("\n");
+        return;
+    }
+    printf(": flip rate %.3f, mean |dp| %.3f\nchosen position: ",
+           json_number_value(json_object_get(pm, "flip_rate")),
+           json_number_value(json_object_get(pm, "mean_abs_dp")));
+    const json_t *positions = json_object_get(pm, "positions");
+    print_position_rates(positions, "rate");
+    printf(" (uniform ");
+    print_position_rates(positions, "uniform_rate");
+    printf("); chi-square %.1f, df %lld, p = %.2g\n",
+           json_number_value(json_object_get(pm, "chi_square")),
+           (long long)json_integer_value(json_object_get(pm, "df")),
+           json_number_value(json_object_get(pm, "p_value")));
+}
+
+/* "calibration before -> after" lines of --compare, overall and per type. */
+static void print_compare(const json_t *s) {
+    const json_t *cmp = json_object_get(s, "compare");
+    if (!cmp)
+        return;
+    printf("\nbefore -> after (before: %s):\n", json_string_value(json_object_get(cmp, "file")));
+    static const char *const keys[] = {"accuracy", "brier", "nll", "ece"};
+    for (size_t g = 0; g < N_GROUPS; g++) {
+        const json_t *a = json_object_get(json_object_get(cmp, "metrics"), group_names[g]);
+        const json_t *b = json_object_get(json_object_get(s, "metrics"), group_names[g]);
+        if (!json_integer_value(json_object_get(a, "n")) ||
+            !json_integer_value(json_object_get(b, "n")))
+            continue;
+        printf("  %-8s", group_names[g]);
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+            printf(" %s %.3f -> %.3f%s", keys[k], json_number_value(json_object_get(a, keys[k])),
+                   json_number_value(json_object_get(b, keys[k])),
+                   k + 1 < sizeof keys / sizeof *keys ? "," : "\n");
+    }
+}
+
 static void print_table(const json_t *s) {
     const json_t *m = json_object_get(s, "metrics");
     const char *model = json_string_value(json_object_get(s, "model"));
@@ -467,6 +556,9 @@ static void print_table(const json_t *s) {
     printf("(low-conf: share of answers whose top probability is below %.2f)\n",
            json_number_value(json_object_get(s, "low_confidence_threshold")));
     print_selective(s);
+    print_compare(s);
+    cmd_eval_thresholds_print(json_object_get(s, "thresholds"));
+    print_permutation(s);
     const json_t *st = json_object_get(s, "stability");
     const char *verdict = json_string_value(json_object_get(st, "verdict"));
     printf("\nstability: %s", verdict);
@@ -518,26 +610,32 @@ static void print_table(const json_t *s) {
                json_string_value(json_object_get(e, "error")));
 }
 
-/* Writes data[0..len) to path through a temporary file and a rename. */
-static int write_atomic(const char *path, const char *data, size_t len) {
-    size_t n = strlen(path) + 16;
-    char *tmp = mem_alloc(n);
-    if (!tmp)
-        return -1;
-    snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    int ok = f && fwrite(data, 1, len, f) == len;
-    if (f && fclose(f) != 0)
-        ok = 0;
-    if (ok && rename(tmp, path) != 0)
-        ok = 0;
-    if (!ok) {
-        int saved = errno;
-        unlink(tmp);
-        errno = saved;
-    }
-    mem_free(tmp);
-    return ok ? 0 : -1;
+/* The parts of an earlier --json summary (file path) that --compare shows
+ * beside this run's: the "compare" object (new reference), or NULL with the
+ * reason in err[errlen]. A different dataset is allowed, and said on stderr. */
+static json_t *load_compare(const char *path, const json_t *summary, char *err, size_t errlen) {
+    json_error_t je;
+    json_t *before = json_load_file(path, JSON_REJECT_DUPLICATES, &je), *out = NULL;
+    const char *format = json_string_value(json_object_get(before, "format"));
+    if (!before)
+        tandem_errmsg(err, errlen, "line %d: %s", je.line, je.text);
+    else if (!format || strcmp(format, "tandem-eval/1") ||
+             !json_is_object(json_object_get(before, "metrics")) ||
+             !json_is_array(json_object_get(before, "reliability")))
+        tandem_errmsg(err, errlen, "not a tandem eval --json summary (format tandem-eval/1 "
+                                   "with metrics and reliability)");
+    else
+        out = json_pack("{s:s,s:O,s:O,s:O,s:O,s:O}", "file", path, "model",
+                        json_object_get(before, "model"), "data", json_object_get(before, "data"),
+                        "metrics", json_object_get(before, "metrics"), "reliability",
+                        json_object_get(before, "reliability"), "selective",
+                        json_object_get(before, "selective"));
+    const char *d0 = json_string_value(json_object_get(before, "data"));
+    const char *d1 = json_string_value(json_object_get(summary, "data"));
+    if (out && d0 && d1 && strcmp(d0, d1))
+        fprintf(stderr, "tandem eval: --compare %s: it scored %s, this run %s\n", path, d0, d1);
+    json_decref(before);
+    return out;
 }
 
 /* --- the command -------------------------------------------------------------- */
@@ -556,22 +654,36 @@ int cmd_eval_parse_uint(const char *cmd, const char *flag, const char *s, unsign
     return 0;
 }
 
-static int parse_double(const char *flag, const char *s, double lo, double hi, double *out) {
+int cmd_eval_parse_double(const char *cmd, const char *flag, const char *s, double lo,
+                          double hi, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "tandem eval: %s %s: expected a number from %g to %g\n", flag, s, lo, hi);
+        fprintf(stderr, "tandem %s: %s %s: expected a number from %g to %g\n", cmd, flag, s, lo,
+                hi);
         return 2;
     }
     *out = v;
     return 0;
 }
 
-int cmd_eval_main(int argc, char **argv, const char *llama_server) {
-    (void)llama_server;
+/* Everything the command line sets. */
+struct eval_cli {
+    struct eval_params p;
+    struct cmd_eval_scoring sc;
+    const char *data, *report, *config, *compare;
+    double timeout_s;
+    int as_json;
+    unsigned permute;                 /* --permute K: option orders asked per choice question */
+    struct cmd_eval_thresholds th;    /* --suggest-thresholds and what it writes */
+};
+
+/* Parses argv into *o. Returns 0, -1 after --help, or 2 (usage error, said). */
+static int parse_args(int argc, char **argv, struct eval_cli *o) {
     enum { O_ENDPOINT = 256, O_CONFIG, O_MODEL, O_DATA, O_REPEAT, O_CONC, O_REPORT, O_JSON,
-           O_KEY, O_LOW, O_TIMEOUT, O_RETRIES, O_RISK, O_BOOT, O_SEED };
+           O_KEY, O_LOW, O_TIMEOUT, O_RETRIES, O_RISK, O_BOOT, O_SEED, O_PERMUTE, O_SUGGEST,
+           O_PRECISION, O_WRITE, O_APPLY, O_COMPARE };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"config", required_argument, NULL, O_CONFIG},
@@ -588,82 +700,203 @@ int cmd_eval_main(int argc, char **argv, const char *llama_server) {
         {"target-risk", required_argument, NULL, O_RISK},
         {"bootstrap", required_argument, NULL, O_BOOT},
         {"seed", required_argument, NULL, O_SEED},
+        {"permute", required_argument, NULL, O_PERMUTE},
+        {"suggest-thresholds", no_argument, NULL, O_SUGGEST},
+        {"target-precision", required_argument, NULL, O_PRECISION},
+        {"write-thresholds", required_argument, NULL, O_WRITE},
+        {"apply", required_argument, NULL, O_APPLY},
+        {"compare", required_argument, NULL, O_COMPARE},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
-    struct eval_params p = eval_default_params();
-    const char *data = NULL, *report = NULL;
-    double timeout_s = 60;
-    struct cmd_eval_scoring sc = {.low = DEFAULT_LOW_CONFIDENCE, .target_risk = 0.05,
-                                  .bootstrap = 1000, .seed = 1};
     unsigned seed = 1;
-    int c, as_json = 0, rc = 0;
+    int c, rc = 0;
     optind = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1 && !rc) {
         switch (c) {
-        case O_ENDPOINT: p.endpoint = optarg; break;
-        case O_CONFIG:
-            fprintf(stderr, "tandem eval: --config needs tandem serve's configuration support, "
-                            "not available in this build; use --endpoint URL\n");
-            return 2;
-        case O_MODEL: p.model = optarg; break;
-        case O_DATA: data = optarg; break;
+        case O_ENDPOINT: o->p.endpoint = optarg; break;
+        case O_CONFIG: o->config = optarg; break;
+        case O_MODEL: o->p.model = optarg; break;
+        case O_DATA: o->data = optarg; break;
         case O_REPEAT:
-            rc = cmd_eval_parse_uint("eval", "--repeat", optarg, 1, EVAL_MAX_REPEAT, &p.repeat);
+            rc = cmd_eval_parse_uint("eval", "--repeat", optarg, 1, EVAL_MAX_REPEAT, &o->p.repeat);
             break;
         case O_CONC:
             rc = cmd_eval_parse_uint("eval", "--concurrency", optarg,
-                                     1, EVAL_MAX_CONCURRENCY, &p.concurrency);
+                                     1, EVAL_MAX_CONCURRENCY, &o->p.concurrency);
             break;
-        case O_REPORT: report = optarg; break;
-        case O_JSON: as_json = 1; break;
-        case O_KEY: p.api_key = optarg; break;
-        case O_LOW: rc = parse_double("--low-confidence", optarg, 0, 1, &sc.low); break;
-        case O_RISK: rc = parse_double("--target-risk", optarg, 0, 1, &sc.target_risk); break;
+        case O_REPORT: o->report = optarg; break;
+        case O_JSON: o->as_json = 1; break;
+        case O_KEY: o->p.api_key = optarg; break;
+        case O_LOW:
+            rc = cmd_eval_parse_double("eval", "--low-confidence", optarg, 0, 1, &o->sc.low);
+            break;
+        case O_RISK:
+            rc = cmd_eval_parse_double("eval", "--target-risk", optarg, 0, 1, &o->sc.target_risk);
+            break;
         case O_BOOT:
             rc = cmd_eval_parse_uint("eval", "--bootstrap", optarg, 0, MAX_BOOTSTRAP,
-                                     &sc.bootstrap);
+                                     &o->sc.bootstrap);
             break;
         case O_SEED:
             rc = cmd_eval_parse_uint("eval", "--seed", optarg, 0, UINT32_MAX, &seed);
             break;
-        case O_TIMEOUT: rc = parse_double("--timeout", optarg, 0.001, 86400, &timeout_s); break;
-        case O_RETRIES:
-            rc = cmd_eval_parse_uint("eval", "--retries", optarg, 0, 10, &p.retries);
+        case O_PERMUTE:
+            rc = cmd_eval_parse_uint("eval", "--permute", optarg, 1, MAX_PERMUTE, &o->permute);
             break;
-        case 'h': usage(stdout); return 0;
+        case O_SUGGEST: o->th.suggest = true; break;
+        case O_PRECISION:
+            rc = cmd_eval_parse_double("eval", "--target-precision", optarg, 0.5, 0.9999,
+                              &o->th.target_precision);
+            break;
+        case O_WRITE: o->th.pipeline = optarg; break;
+        case O_APPLY: o->th.apply = optarg; break;
+        case O_COMPARE: o->compare = optarg; break;
+        case O_TIMEOUT:
+            rc = cmd_eval_parse_double("eval", "--timeout", optarg, 0.001, 86400,
+                                       &o->timeout_s);
+            break;
+        case O_RETRIES:
+            rc = cmd_eval_parse_uint("eval", "--retries", optarg, 0, 10, &o->p.retries);
+            break;
+        case 'h': usage(stdout); return -1;
         default: usage(stderr); return 2;
         }
     }
+    o->sc.seed = seed;
     if (rc)
         return rc;
     if (optind != argc) {
         fprintf(stderr, "tandem eval: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!p.endpoint || !data) {
+    if (!o->p.endpoint || !o->data) {
         fprintf(stderr, "tandem eval: --endpoint URL and --data FILE are required\n");
         usage(stderr);
         return 2;
     }
-    if ((rc = cmd_eval_check_endpoint("eval", "--endpoint", p.endpoint)))
+    if ((rc = cmd_eval_check_endpoint("eval", "--endpoint", o->p.endpoint)))
         return rc;
-    if (!p.api_key && getenv("TANDEM_API_KEY") && *getenv("TANDEM_API_KEY"))
-        p.api_key = getenv("TANDEM_API_KEY");
-    p.timeout_ms = (long)(timeout_s * 1000);
+    if (!o->p.api_key && getenv("TANDEM_API_KEY") && *getenv("TANDEM_API_KEY"))
+        o->p.api_key = getenv("TANDEM_API_KEY");
+    o->p.timeout_ms = (long)(o->timeout_s * 1000);
+    return cmd_eval_thresholds_check_args(&o->th, o->config);
+}
 
+/* Writes the HTML report of summary to path. Returns 0 or 1 (said on stderr). */
+static int write_report(const json_t *summary, const char *path) {
+    char *html = NULL;
+    size_t len = 0;
+    tandem_err e = report_eval_html(summary, &html, &len);
+    int rc = 1;
+    if (e != TANDEM_OK)
+        fprintf(stderr, "tandem eval: report: %s\n", tandem_strerror(e));
+    else if (host_write_atomic(path, html, len) != TANDEM_OK)
+        fprintf(stderr, "tandem eval: %s: cannot write: %s\n", path, strerror(errno));
+    else
+        rc = 0;
+    mem_free(html);
+    return rc;
+}
+
+/* Adds what the options ask beyond the scores: "permutation" (--permute),
+ * "thresholds" (--suggest-thresholds) and "compare" (--compare). Returns 0,
+ * or 1 with the reason on stderr. */
+static int add_sections(json_t *summary, const struct eval_run *run, const struct eval_cli *o,
+                        const struct eval_params *p, char *err, size_t errlen) {
+    if (o->permute) {
+        json_t *perm = NULL;
+        if (permute_run(run, p, o->permute, o->sc.seed, &perm, err, errlen) != TANDEM_OK) {
+            fprintf(stderr, "tandem eval: --permute: %s\n", err);
+            return 1;
+        }
+        json_object_set_new(summary, "permutation", perm);
+    }
+    if (o->th.suggest) {
+        json_t *th = cmd_eval_thresholds_suggest(run, &o->th, &o->sc, err, errlen);
+        if (!th) {
+            fprintf(stderr, "tandem eval: --suggest-thresholds: %s\n", err);
+            return 1;
+        }
+        json_object_set_new(summary, "thresholds", th);
+    }
+    if (o->compare) {
+        json_t *before = load_compare(o->compare, summary, err, errlen);
+        if (!before) {
+            fprintf(stderr, "tandem eval: --compare %s: %s\n", o->compare, err);
+            return 1;
+        }
+        json_object_set_new(summary, "compare", before);
+    }
+    return 0;
+}
+
+static bool has_choice(const struct evalset *set) {
+    for (size_t c = 0; c < set->n_cases; c++)
+        for (size_t q = 0; q < set->cases[c].n_questions; q++)
+            if (set->cases[c].q[q].type == EVALSET_TYPE_CHOICE)
+                return true;
+    return false;
+}
+
+/* Renders the finished summary: the report, then the table or --json, then
+ * the thresholds' YAML. Returns 0 or 1. */
+static int render(const json_t *summary, const struct eval_cli *o) {
+    int status = o->report ? write_report(summary, o->report) : 0;
+    if (json_integer_value(json_object_get(json_object_get(summary, "permutation"),
+                                           "orders_failed")))
+        status = 1; /* a failed request fails the run, as in the main pass */
+    if (o->as_json) {
+        json_dumpf(summary, stdout, JSON_INDENT(2));
+        printf("\n");
+    } else {
+        print_table(summary);
+        if (o->report && !status)
+            printf("report: %s\n", o->report);
+    }
+    if (o->th.pipeline &&
+        cmd_eval_thresholds_write(json_object_get(summary, "thresholds"), &o->th, o->as_json))
+        status = 1;
+    return status;
+}
+
+int cmd_eval_main(int argc, char **argv, const char *llama_server) {
+    (void)llama_server;
+    struct eval_cli o = {
+        .p = eval_default_params(),
+        .sc = {.low = DEFAULT_LOW_CONFIDENCE, .target_risk = 0.05, .bootstrap = 1000, .seed = 1},
+        .timeout_s = 60,
+        .th = {.target_precision = 0.95},
+    };
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
     static char err[64 * 1024];
     struct evalset *set;
-    if (evalset_load(data, &set, err, sizeof err) != TANDEM_OK) {
+    if (evalset_load(o.data, &set, err, sizeof err) != TANDEM_OK) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
     if (set->n_gold == 0) {
         fprintf(stderr, "tandem eval: %s: no case has a gold answer, nothing to score "
-                        "(tandem drift compares models without them)\n", data);
+                        "(tandem drift compares models without them)\n", o.data);
         evalset_free(set);
         return 1;
     }
+    if (o.th.suggest && cmd_eval_thresholds_check_set(set, &o.th, err, sizeof err)) {
+        fprintf(stderr, "tandem eval: --suggest-thresholds: %s\n", err);
+        evalset_free(set);
+        cmd_eval_thresholds_deinit(&o.th);
+        return 1;
+    }
+    if (o.permute && !has_choice(set)) {
+        fprintf(stderr, "tandem eval: --permute: %s has no choice question: the option-order "
+                        "test reorders the options of choice questions\n", o.data);
+        evalset_free(set);
+        cmd_eval_thresholds_deinit(&o.th);
+        return 1;
+    }
+    struct eval_params p = o.p;
     if (isatty(STDERR_FILENO)) {
         p.progress = cmd_eval_progress;
         p.progress_user = "eval";
@@ -672,41 +905,22 @@ int cmd_eval_main(int argc, char **argv, const char *llama_server) {
     if (eval_run_new(set, &p, &run, err, sizeof err) != TANDEM_OK) {
         fprintf(stderr, "tandem eval: %s\n", err);
         evalset_free(set);
+        cmd_eval_thresholds_deinit(&o.th);
         return 1;
     }
-    sc.seed = seed;
-    json_t *summary = cmd_eval_summarize(run, p.model, &sc, p.concurrency);
+    json_t *summary = cmd_eval_summarize(run, p.model, &o.sc, p.concurrency);
     int status = run->n_errors ? 1 : 0;
     if (!summary) {
         fprintf(stderr, "tandem eval: out of memory\n");
         status = 1;
+    } else if (add_sections(summary, run, &o, &p, err, sizeof err)) {
+        status = 1;
     } else {
-        int report_ok = 0;
-        if (report) {
-            char *html = NULL;
-            size_t len = 0;
-            tandem_err e = report_eval_html(summary, &html, &len);
-            if (e != TANDEM_OK)
-                fprintf(stderr, "tandem eval: report: %s\n", tandem_strerror(e));
-            else if (write_atomic(report, html, len) != 0)
-                fprintf(stderr, "tandem eval: %s: cannot write: %s\n", report, strerror(errno));
-            else
-                report_ok = 1;
-            if (!report_ok)
-                status = 1;
-            mem_free(html);
-        }
-        if (as_json) {
-            json_dumpf(summary, stdout, JSON_INDENT(2));
-            printf("\n");
-        } else {
-            print_table(summary);
-            if (report_ok)
-                printf("report: %s\n", report);
-        }
-        json_decref(summary);
+        status |= render(summary, &o);
     }
+    json_decref(summary);
     eval_run_free(run);
     evalset_free(set);
+    cmd_eval_thresholds_deinit(&o.th);
     return status;
 }

@@ -58,4 +58,10 @@ int cmd_eval_check_endpoint(const char *cmd, const char *flag, const char *value
 int cmd_eval_parse_uint(const char *cmd, const char *flag, const char *s, unsigned lo,
                         unsigned hi, unsigned *out);
 
+/* Parses s as a number in [lo, hi] into *out for option flag. Returns 0, or
+ * prints "tandem <cmd>: <flag> <s>: expected a number from lo to hi" and
+ * returns 2 (usage). */
+int cmd_eval_parse_double(const char *cmd, const char *flag, const char *s, double lo,
+                          double hi, double *out);
+
 #endif

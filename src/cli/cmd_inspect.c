@@ -111,6 +111,21 @@ static json_t *decision_facts(const struct gguf *g, const char *arch) {
                      arch_value(g, arch, "decision.block_count"));
 }
 
+/* Every tandem.calibration.* key (written by `tandem calibrate`) as {rest: value},
+ * the metrics parsed from their JSON text; JSON null when the file has none. */
+static json_t *calibration_facts(const struct gguf *g) {
+    json_t *o = keys_with_prefix(g, "tandem.calibration.");
+    if (!json_object_size(o)) {
+        json_decref(o);
+        return json_null();
+    }
+    const char *text = json_string_value(json_object_get(o, "metrics"));
+    json_t *metrics = text ? json_loads(text, 0, NULL) : NULL;
+    if (metrics)
+        json_object_set_new(o, "metrics", metrics);
+    return o;
+}
+
 static json_t *vocab_size(const struct gguf *g) {
     enum gguf_type elem;
     uint64_t count;
@@ -131,7 +146,7 @@ static json_t *gather(const struct gguf *g, const char *path) {
     return json_pack(
         "{s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o,"
         " s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o},"
-        " s:{s:o, s:o}, s:{s:o, s:o}, s:o, s:o, s:o}",
+        " s:{s:o, s:o}, s:{s:o, s:o}, s:o, s:o, s:o, s:o}",
         "file", path, "file_size", (json_int_t)gguf_file_size(g), "gguf_version",
         (json_int_t)gguf_version(g), "alignment", (json_int_t)gguf_alignment(g),
         "architecture", *arch ? json_string(arch) : json_null(),
@@ -160,6 +175,7 @@ static json_t *gather(const struct gguf *g, const char *path) {
         "used", arch_value(g, arch, "expert_used_count"),
         "chat_templates", chat_templates(g),
         "decision", decision_facts(g, arch),
+        "calibration", calibration_facts(g),
         "sha256", json_null());
 }
 
@@ -210,6 +226,44 @@ static void print_object_rows(const char *label, const json_t *o) {
         char name[64];
         snprintf(name, sizeof name, "%s.%s", label, k);
         print_row(name, v);
+    }
+}
+
+/* One row per fitted group of `tandem calibrate`'s metrics. */
+static void print_calibration_groups(const json_t *metrics) {
+    size_t i;
+    const json_t *g;
+    json_array_foreach(metrics, i, g) {
+        char label[64];
+        snprintf(label, sizeof label, "calibration.%s",
+                 json_string_value(json_object_get(g, "group")));
+        if (!json_is_true(json_object_get(g, "fitted"))) {
+            print_row(label, json_object_get(g, "note"));
+            continue;
+        }
+        printf(ROW "a %.4f, T %.6g -> %.6g, held-out NLL %.3f -> %.3f, ECE %.3f -> %.3f, %s\n",
+               label, json_number_value(json_object_get(g, "a")),
+               json_number_value(json_object_get(g, "t_old")),
+               json_number_value(json_object_get(g, "t_new")),
+               json_number_value(json_object_get(g, "nll_before")),
+               json_number_value(json_object_get(g, "nll_after")),
+               json_number_value(json_object_get(g, "ece_before")),
+               json_number_value(json_object_get(g, "ece_after")),
+               json_is_true(json_object_get(g, "kept")) ? "kept" : "not kept");
+    }
+}
+
+/* The provenance rows; nothing when the file was not calibrated by tandem. */
+static void print_calibration(const json_t *cal) {
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)cal, k, v) {
+        char label[64];
+        snprintf(label, sizeof label, "calibration.%s", k);
+        if (!strcmp(k, "metrics") && json_is_array(v))
+            print_calibration_groups(v);
+        else
+            print_row(label, v);
     }
 }
 
@@ -267,6 +321,7 @@ static void print_human(const json_t *f) {
         printf(ROW "- (no decision metadata)\n", "decision");
     else
         print_object_rows("decision", dec);
+    print_calibration(json_object_get(f, "calibration"));
     if (!json_is_null(json_object_get(f, "sha256")))
         print_row("sha256", json_object_get(f, "sha256"));
     print_tensor_bytes(json_object_get(f, "tensor_bytes_by_type"));

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/cmd_calibrate.h"
 #include "cli/cmd_decide.h"
 #include "cli/cmd_doctor.h"
 #include "cli/cmd_drift.h"
@@ -42,6 +43,8 @@ static const struct command commands[] = {
     {"footprint", "record what an engine run allocated into the footprint cache", cmd_footprint_main},
     {"eval", "score a decision model on a dataset: accuracy, calibration, stability",
      cmd_eval_main},
+    {"calibrate", "fit a decision model's temperatures on a dataset, write a calibrated copy",
+     cmd_calibrate_main},
     {"drift", "compare two decision models answer by answer (KL, flips)", cmd_drift_main},
     {"quantize", "re-encode a GGUF model with the engine's llama-quantize", cmd_quantize_main},
 };

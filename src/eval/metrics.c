@@ -10,6 +10,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/rng.h"
+
 size_t metrics_top(const double *p, size_t n) {
     size_t best = 0;
     for (size_t i = 1; i < n; i++)
@@ -204,13 +206,6 @@ double metrics_coverage_at_risk(const struct metrics_answer *a, size_t n, double
 
 /* --- bootstrap ------------------------------------------------------------------------------ */
 
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static int by_value(const void *x, const void *y) {
     double a = *(const double *)x, b = *(const double *)y;
     return (a > b) - (a < b);
@@ -220,7 +215,9 @@ static int by_value(const void *x, const void *y) {
 static double quantile(const double *v, size_t n, double q) {
     double h = (double)(n - 1) * q;
     size_t lo = (size_t)floor(h);
-    return lo + 1 < n ? v[lo] + (h - (double)lo) * (v[lo + 1] - v[lo]) : v[n - 1];
+    if (lo + 1 >= n || v[lo] == v[lo + 1]) /* equal ends: exact, also when infinite */
+        return v[lo < n ? lo : n - 1];
+    return v[lo] + (h - (double)lo) * (v[lo + 1] - v[lo]);
 }
 
 bool metrics_bootstrap(const struct metrics_answer *a, size_t n, metrics_stat_fn stat,
@@ -233,7 +230,7 @@ bool metrics_bootstrap(const struct metrics_answer *a, size_t n, metrics_stat_fn
     uint64_t state = seed;
     for (size_t r = 0; r < resamples; r++) {
         for (size_t i = 0; i < n; i++)
-            scratch[i] = a[splitmix64(&state) % n];
+            scratch[i] = a[rng_next(&state) % n];
         values[r] = stat(scratch, n, arg);
     }
     qsort(values, resamples, sizeof *values, by_value);
@@ -262,4 +259,65 @@ double metrics_stat_ece(struct metrics_answer *a, size_t n, void *arg) {
 double metrics_stat_coverage(struct metrics_answer *a, size_t n, void *arg) {
     metrics_answers_sort(a, n);
     return metrics_coverage_at_risk(a, n, *(const double *)arg, NULL);
+}
+
+double metrics_stat_threshold(struct metrics_answer *a, size_t n, void *arg) {
+    double threshold;
+    metrics_answers_sort(a, n);
+    metrics_coverage_at_risk(a, n, *(const double *)arg, &threshold);
+    return isnan(threshold) ? INFINITY : threshold;
+}
+
+size_t metrics_min_answers_for_precision(double target) {
+    if (!(target > 0))
+        return 1;
+    if (!(target < 1))
+        return SIZE_MAX;
+    return (size_t)ceil(log(0.05) / log(target) - 1e-9);
+}
+
+/* The chi-square survival function is the regularized upper incomplete gamma
+ * function Q(a, x) = Gamma(a, x) / Gamma(a), a = df/2, x = chi2/2; the
+ * expansions are those of Numerical Recipes' gser and gcf. */
+#define GAMMA_EPS 1e-15
+#define GAMMA_TINY 1e-300
+#define GAMMA_MAX_TERMS 10000
+
+/* P(a, x) = 1 - Q(a, x) by its series; converges fast for x < a + 1. */
+static double gamma_p_series(double a, double x) {
+    double ap = a, term = 1 / a, sum = term;
+    for (int i = 0; i < GAMMA_MAX_TERMS && fabs(term) > fabs(sum) * GAMMA_EPS; i++) {
+        ap += 1;
+        term *= x / ap;
+        sum += term;
+    }
+    return sum * exp(-x + a * log(x) - lgamma(a));
+}
+
+/* Q(a, x) by its continued fraction (modified Lentz); for x >= a + 1. */
+static double gamma_q_fraction(double a, double x) {
+    double b = x + 1 - a, c = 1 / GAMMA_TINY, d = 1 / b, h = d;
+    for (int i = 1; i < GAMMA_MAX_TERMS; i++) {
+        double an = -i * (i - a);
+        b += 2;
+        d = an * d + b;
+        d = fabs(d) < GAMMA_TINY ? GAMMA_TINY : d;
+        c = b + an / c;
+        c = fabs(c) < GAMMA_TINY ? GAMMA_TINY : c;
+        d = 1 / d;
+        double delta = d * c;
+        h *= delta;
+        if (fabs(delta - 1) < GAMMA_EPS)
+            break;
+    }
+    return exp(-x + a * log(x) - lgamma(a)) * h;
+}
+
+double metrics_chi2_sf(double x, unsigned df) {
+    if (df == 0 || isnan(x))
+        return NAN;
+    if (x <= 0)
+        return 1;
+    double a = df / 2.0, hx = x / 2;
+    return hx < a + 1 ? 1 - gamma_p_series(a, hx) : gamma_q_fraction(a, hx);
 }

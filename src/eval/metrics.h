@@ -165,4 +165,23 @@ double metrics_stat_accuracy(struct metrics_answer *a, size_t n, void *arg);
 double metrics_stat_ece(struct metrics_answer *a, size_t n, void *arg);
 double metrics_stat_coverage(struct metrics_answer *a, size_t n, void *arg);
 
+/* For metrics_bootstrap: the confidence threshold of the largest cut whose
+ * risk is at most *(double *)arg (metrics_coverage_at_risk), or +infinity
+ * when no cut reaches it (answer nothing). */
+double metrics_stat_threshold(struct metrics_answer *a, size_t n, void *arg);
+
+/* Returns the fewest answers n for which n right answers out of n bound the
+ * precision at target or above with 95% confidence (one-sided
+ * Clopper-Pearson: 0.05^(1/n) >= target), i.e. ceil(ln 0.05 / ln target):
+ * 59 for 0.95, 29 for 0.9, 14 for 0.8. 1 for target <= 0, SIZE_MAX for >= 1. */
+size_t metrics_min_answers_for_precision(double target);
+
+/* --- chi-square test ------------------------------------------------------------------- */
+
+/* Returns the chi-square survival function P(X >= x) for df degrees of
+ * freedom: the regularized upper incomplete gamma function Q(df/2, x/2)
+ * (series below x/2 < df/2 + 1, Lentz's continued fraction above, to about
+ * 1e-14 relative). 1 for x <= 0, NaN for df = 0 or x NaN. */
+double metrics_chi2_sf(double x, unsigned df);
+
 #endif

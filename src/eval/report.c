@@ -217,11 +217,12 @@ static void value_cell(struct page *p, const json_t *v) {
     put(p, "</td>");
 }
 
+/* A figure with the drawing of data, captioned when caption is not NULL. */
 static void inline_svg(struct page *p, tandem_err (*draw)(const json_t *, char **, size_t *),
-                       const json_t *bins) {
+                       const json_t *data, const char *caption) {
     char *svg;
     size_t n;
-    tandem_err e = draw(bins, &svg, &n);
+    tandem_err e = draw(data, &svg, &n);
     if (e) {
         if (!p->err)
             p->err = e;
@@ -229,6 +230,11 @@ static void inline_svg(struct page *p, tandem_err (*draw)(const json_t *, char *
     }
     put(p, "<figure>");
     put(p, svg);
+    if (caption) {
+        put(p, "<figcaption>");
+        put_esc(p, caption);
+        put(p, "</figcaption>");
+    }
     put(p, "</figure>");
     mem_free(svg);
 }
@@ -260,7 +266,100 @@ static void selective_section(struct page *p, const json_t *s) {
     putf(p, ", ECE %.3f", num(overall, "ece"));
     interval(p, s, "ece");
     put(p, ".</p>\n");
-    inline_svg(p, report_risk_coverage_svg, sel);
+    inline_svg(p, report_risk_coverage_svg, sel, NULL);
+}
+
+/* --compare: the metrics before and after per question type, and both
+ * reliability diagrams. */
+static void compare_section(struct page *p, const json_t *s, const json_t *cmp) {
+    static const char *const keys[] = {"accuracy", "brier", "nll", "ece"};
+    put(p, "\n<h2>Before and after</h2>\n<p>Before: ");
+    put_esc(p, json_string_value(json_object_get(cmp, "file")));
+    put(p, " (model ");
+    put_esc(p, json_string_value(json_object_get(cmp, "model")));
+    put(p, ").</p>\n<table class=\"compare\"><tr><th>type</th><th>n</th>");
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+        putf(p, "<th>%s before</th><th>%s after</th>", keys[k], keys[k]);
+    put(p, "</tr>");
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+        const json_t *a = json_object_get(json_object_get(cmp, "metrics"), groups[g]);
+        const json_t *b = json_object_get(json_object_get(s, "metrics"), groups[g]);
+        if (!json_integer_value(json_object_get(a, "n")) ||
+            !json_integer_value(json_object_get(b, "n")))
+            continue;
+        putf(p, "<tr><td>%s</td><td>%lld</td>", groups[g],
+             (long long)json_integer_value(json_object_get(b, "n")));
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+            num_cell(p, a, keys[k]);
+            num_cell(p, b, keys[k]);
+        }
+        put(p, "</tr>");
+    }
+    put(p, "</table>\n");
+    inline_svg(p, report_reliability_svg, json_object_get(cmp, "reliability"), "before");
+    inline_svg(p, report_reliability_svg, json_object_get(s, "reliability"), "after");
+}
+
+/* --suggest-thresholds: one row per threshold. */
+static void thresholds_section(struct page *p, const json_t *t) {
+    putf(p, "\n<h2>Thresholds</h2>\n<p>For a precision of %.4g, the largest cut of each "
+            "question's answers (each needs at least %lld answers; 95%% interval of the "
+            "threshold from %lld resamples).</p>\n<table class=\"thresholds\"><tr>"
+            "<th>question</th><th>threshold</th><th>answers</th><th>accepted</th>"
+            "<th>precision</th><th>coverage</th><th>interval</th></tr>",
+         num(t, "target_precision"),
+         (long long)json_integer_value(json_object_get(t, "min_answers")),
+         (long long)json_integer_value(json_object_get(t, "resamples")));
+    size_t i;
+    const json_t *g;
+    json_array_foreach(json_object_get(t, "questions"), i, g) {
+        const json_t *q = json_object_get(g, "question"), *iv = json_object_get(g, "interval");
+        const json_t *value = json_object_get(g, "value");
+        put(p, "<tr>");
+        value_cell(p, json_is_string(q) ? q : json_object_get(g, "key"));
+        value_cell(p, json_is_string(value) ? value : json_object_get(g, "status"));
+        value_cell(p, json_object_get(g, "answers"));
+        value_cell(p, json_object_get(g, "accepted"));
+        num_cell(p, g, "precision");
+        num_cell(p, g, "coverage");
+        put(p, "<td>");
+        for (size_t k = 0; k < 2 && json_is_array(iv); k++) {
+            const json_t *x = json_array_get(iv, k);
+            json_is_number(x) ? putf(p, "%.4f", json_number_value(x)) : put(p, "none");
+            put(p, k ? "" : " to ");
+        }
+        put(p, "</td></tr>");
+    }
+    put(p, "</table>\n");
+}
+
+/* The option-order test (--permute K): flips, |dp|, and the chosen positions. */
+static void permutation_section(struct page *p, const json_t *pm) {
+    putf(p, "\n<h2>Option order</h2>\n<p>Every choice question asked again in %lld seeded "
+            "permutations of its options (seed %lld): %lld of %lld orders answered. Flip rate "
+            "%.3f (the chosen option changed with the order), mean |&#916;p| %.4f; chi-square "
+            "%.2f, df %lld, p-value %.3g against a uniform choice of position.</p>\n",
+         (long long)json_integer_value(json_object_get(pm, "k")),
+         (long long)json_integer_value(json_object_get(pm, "seed")),
+         (long long)json_integer_value(json_object_get(pm, "orders_asked")),
+         (long long)(json_integer_value(json_object_get(pm, "orders_asked")) +
+                     json_integer_value(json_object_get(pm, "orders_failed"))),
+         num(pm, "flip_rate"), num(pm, "mean_abs_dp"), num(pm, "chi_square"),
+         (long long)json_integer_value(json_object_get(pm, "df")), num(pm, "p_value"));
+    put(p, "<table class=\"permutation\"><tr><th>position</th><th>chosen</th><th>expected</th>"
+           "<th>rate</th><th>uniform rate</th></tr>");
+    size_t i;
+    const json_t *row;
+    json_array_foreach(json_object_get(pm, "positions"), i, row) {
+        put(p, "<tr>");
+        value_cell(p, json_object_get(row, "label"));
+        value_cell(p, json_object_get(row, "chosen"));
+        num_cell(p, row, "expected");
+        num_cell(p, row, "rate");
+        num_cell(p, row, "uniform_rate");
+        put(p, "</tr>");
+    }
+    put(p, "</table>\n");
 }
 
 tandem_err report_eval_html(const json_t *s, char **out, size_t *len) {
@@ -316,9 +415,15 @@ tandem_err report_eval_html(const json_t *s, char **out, size_t *len) {
              "probability of the top answer; 15 equal-width bins.</p>\n",
          num(s, "low_confidence_threshold"));
     put(&p, "<h2>Calibration</h2>\n");
-    inline_svg(&p, report_reliability_svg, bins);
-    inline_svg(&p, report_histogram_svg, bins);
+    inline_svg(&p, report_reliability_svg, bins, NULL);
+    inline_svg(&p, report_histogram_svg, bins, NULL);
+    if (json_is_object(json_object_get(s, "compare")))
+        compare_section(&p, s, json_object_get(s, "compare"));
     selective_section(&p, s);
+    if (json_is_object(json_object_get(s, "thresholds")))
+        thresholds_section(&p, json_object_get(s, "thresholds"));
+    if (json_is_object(json_object_get(s, "permutation")))
+        permutation_section(&p, json_object_get(s, "permutation"));
 
     const json_t *st = json_object_get(s, "stability");
     const char *verdict = json_string_value(json_object_get(st, "verdict"));

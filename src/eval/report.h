@@ -3,9 +3,10 @@
  * Rendered from the `tandem eval --json` summary object alone (no network, no
  * scripts, no external files): the metrics table, an SVG reliability diagram
  * (accuracy against confidence per bin, with counts), an SVG confidence
- * histogram, selective prediction with its risk-coverage curve, the stability
- * verdict, the failed requests and every question's
- * result. */
+ * histogram, with --compare the metrics and reliability diagram before and
+ * after, selective prediction with its risk-coverage curve, the suggested
+ * thresholds, the option-order test, the stability verdict, the failed
+ * requests and every question's result. */
 #ifndef TANDEM_REPORT_H
 #define TANDEM_REPORT_H
 

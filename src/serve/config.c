@@ -1188,11 +1188,8 @@ static bool check_names(struct walk *w, struct config *c, struct fy_node *root) 
     return true;
 }
 
-/* Checks a pipeline against the models and itself: stage models exist, verify
- * question ids are unique, thresholds name a verify question and suit its
- * type, an escalation names something that exists. */
-static const struct config_question *verify_question(const struct config_pipeline *pl,
-                                                     const char *id) {
+const struct config_question *config_find_verify_question(const struct config_pipeline *pl,
+                                                         const char *id) {
     for (size_t s = 0; s < pl->n_verify; s++)
         for (size_t q = 0; q < pl->verify[s].n_questions; q++)
             if (!strcmp(pl->verify[s].questions[q].id, id))
@@ -1200,6 +1197,9 @@ static const struct config_question *verify_question(const struct config_pipelin
     return NULL;
 }
 
+/* Checks a pipeline against the models and itself: stage models exist, verify
+ * question ids are unique, thresholds name a verify question and suit its
+ * type, an escalation names something that exists. */
 static bool check_stage_model(struct walk *w, const struct config *c, const struct config_stage *st,
                               const char *path) {
     if (config_find_model(c, st->model))
@@ -1213,7 +1213,7 @@ static bool check_threshold(struct walk *w, const struct config_pipeline *pl,
     char p[400];
     snprintf(p, sizeof p, "pipelines.%s.verdict.thresholds.%s", pl->name, th->question);
     w->line = (int)th->line;
-    const struct config_question *q = verify_question(pl, th->question);
+    const struct config_question *q = config_find_verify_question(pl, th->question);
     if (!q)
         return fail(w, TANDEM_ERR_FORMAT, NULL, p, "no verify question has this id");
     bool eq = !strcmp(th->op, "==");
@@ -1276,7 +1276,7 @@ static bool check_pipeline(struct walk *w, const struct config *c,
             return false;
         for (size_t q = 0; q < pl->verify[s].n_questions; q++) {
             const struct config_question *qq = &pl->verify[s].questions[q];
-            if (verify_question(pl, qq->id) != qq) {
+            if (config_find_verify_question(pl, qq->id) != qq) {
                 w->line = (int)qq->line;
                 snprintf(p, sizeof p, "pipelines.%s.verify[%zu].questions.%s", pl->name, s, qq->id);
                 return fail(w, TANDEM_ERR_FORMAT, NULL, p,

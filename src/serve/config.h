@@ -230,4 +230,9 @@ const struct config_model *config_find_model(const struct config *c, const char 
 /* Returns the pipeline named name (borrowed, owned by c), or NULL. */
 const struct config_pipeline *config_find_pipeline(const struct config *c, const char *name);
 
+/* Returns the verify question id of pipeline pl, from any of its stages
+ * (borrowed, owned by the config), or NULL. */
+const struct config_question *config_find_verify_question(const struct config_pipeline *pl,
+                                                         const char *id);
+
 #endif

@@ -1,0 +1,185 @@
+"""`tandem eval --suggest-thresholds`, `--write-thresholds` and `--apply` on the demo pipeline.
+
+The verifier set tests/data/eval/verify-demo.jsonl holds examples/demo.yaml's verify
+questions with gold answers. The real pinned llama-server answers them with the demo's
+verifier (Gemma-3) and the choice questions of the shipped set with its decider
+(SmolLM2); every suggested cut is recomputed here from the per-question results, the
+rewritten config must keep its comments and pass `tandem serve --check`.
+"""
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import ROOT, LlamaServer, fixture_path
+from test_deciders import DECIDER_ARGS
+from test_remote import example
+
+VERIFY = ROOT / "tests" / "data" / "eval" / "verify-demo.jsonl"
+DECISIONS = ROOT / "tests" / "data" / "eval" / "decisions.jsonl"
+
+
+def tandem(tandem_bin, *args, timeout=900):
+    return subprocess.run([str(tandem_bin), *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def engine(engine_path, tmp_path_factory, name):
+    server = LlamaServer(engine_path, fixture_path(name),
+                         tmp_path_factory.mktemp("thr") / "llama-server.log",
+                         extra_args=DECIDER_ARGS)
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def verifier(engine_path, tmp_path_factory):
+    server = engine(engine_path, tmp_path_factory, "gemma3-decider.gguf")
+    yield server
+    server.kill()
+
+
+def lines(path, n=None):
+    out = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+    return out[:n] if n else out
+
+
+def write_set(path, cases):
+    path.write_text("".join(json.dumps(c) + "\n" for c in cases))
+    return path
+
+
+def demo_config(tmp_path):
+    path = tmp_path / "demo.yaml"
+    path.write_text(example("demo.yaml"))
+    return path
+
+
+def p_true(item):
+    return item["p"] if item["answer"] is True else 1 - item["p"]
+
+
+def expected_cut(scores, target):
+    """The largest cut (accept score >= v) whose precision reaches target: (v, accepted, right)."""
+    best = None
+    for v in sorted({s for s, _ in scores}, reverse=True):
+        kept = [ok for s, ok in scores if s >= v]
+        if sum(kept) / len(kept) >= target:
+            best = (v, len(kept), sum(kept))
+    return best
+
+
+def check_group(group, scores, target):
+    want = expected_cut(scores, target)
+    if want is None:
+        assert group["status"] == "unreachable"
+        return
+    assert group["status"] == "ok", group
+    v, accepted, right = want
+    t = group["threshold"]
+    assert sum(1 for s, _ in scores if s >= t) == accepted, "the written value keeps the cut"
+    assert group["accepted"] == accepted and group["answers"] == len(scores)
+    assert group["precision"] == pytest.approx(right / accepted)
+    assert group["coverage"] == pytest.approx(accepted / len(scores))
+    assert t <= v and group["precision"] >= target
+    lo, hi = group["interval"]
+    assert lo is None or hi is None or lo <= hi
+
+
+def test_suggest_write_and_apply_on_the_demo_pipeline(tandem_bin, verifier, engine_path,
+                                                       tmp_path, tmp_path_factory):
+    data = write_set(tmp_path / "verify.jsonl", lines(VERIFY, 16))
+    config = demo_config(tmp_path)
+    original = config.read_text()
+    target = 0.6
+    r = tandem(tandem_bin, "eval", "--endpoint", verifier.url, "--data", str(data), "--json",
+               "--suggest-thresholds", "--target-precision", str(target),
+               "--write-thresholds", "decide", "--apply", str(config))
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    th = s["thresholds"]
+    assert th["target_precision"] == target and th["min_answers"] == 6
+    assert th["pipeline"] == "decide"
+    groups = {g["question"]: g for g in th["questions"]}
+    assert set(groups) == {"consistent", "on_topic"}
+    for q, g in groups.items():
+        scores = [(p_true(i), i["gold"] is True) for i in s["results"] if i["question"] == q]
+        assert g["op"] == ">=" and g["key"] == "thresholds"
+        check_group(g, scores, target)
+    snippet = yaml.safe_load(th["yaml"])
+    written = snippet["pipelines"]["decide"]["verdict"]["thresholds"]
+    assert written == {q: g["value"] for q, g in groups.items()}
+
+    # --apply: the values changed in place, every comment kept, the old file in .bak
+    assert (tmp_path / "demo.yaml.bak").read_text() == original
+    text = config.read_text()
+    for q, g in groups.items():
+        assert f'        {q}: "{g["value"]}"\n' in text
+    comments = [l for l in original.splitlines() if l.lstrip().startswith("#") or " # " in l]
+    assert comments and all(c in text.splitlines() for c in comments)
+    assert len(text.splitlines()) == len(original.splitlines())
+    check = tandem(tandem_bin, "serve", "--config", str(config), "--check")
+    assert check.returncode == 0, check.stderr
+
+    # the decider's confidence, from the shipped set's choice questions, adds min_confidence
+    decider = engine(engine_path, tmp_path_factory, "smollm2-decider.gguf")
+    try:
+        choice = []
+        for c in lines(DECISIONS):
+            qs = {k: q for k, q in c["questions"].items() if q["type"] == "choice"}
+            if qs:
+                choice.append(dict(c, questions=qs,
+                                   gold={k: v for k, v in c["gold"].items() if k in qs}))
+        data = write_set(tmp_path / "decide.jsonl", choice[:16])
+        r = tandem(tandem_bin, "eval", "--endpoint", decider.url, "--data", str(data),
+                   "--suggest-thresholds", "--target-precision", "0.5",
+                   "--write-thresholds", "decide", "--apply", str(config))
+    finally:
+        decider.kill()
+    assert r.returncode == 0, r.stderr
+    assert "min_confidence: " in r.stdout and "decide confidence" in r.stdout
+    value = yaml.safe_load(r.stdout[r.stdout.index("# tandem eval --suggest"):])
+    mc = value["pipelines"]["decide"]["verdict"]["min_confidence"]
+    assert 0 <= mc <= 1
+    cfg = yaml.safe_load(config.read_text())
+    assert cfg["pipelines"]["decide"]["verdict"]["min_confidence"] == mc
+    assert cfg["pipelines"]["decide"]["verdict"]["thresholds"] == written
+    check = tandem(tandem_bin, "serve", "--config", str(config), "--check")
+    assert check.returncode == 0, check.stderr
+
+
+def test_a_question_outside_the_pipeline_is_named(tandem_bin, tmp_path):
+    config = demo_config(tmp_path)
+    data = write_set(tmp_path / "d.jsonl", lines(DECISIONS))
+    r = tandem(tandem_bin, "eval", "--endpoint", "http://127.0.0.1:9", "--data", str(data),
+               "--write-thresholds", "decide", "--config", str(config))
+    assert r.returncode == 1
+    assert "question refund is not a verify question of pipeline decide (its noul verify " \
+           "questions: consistent, on_topic)" in r.stderr, r.stderr
+    assert f"{data}:1:" in r.stderr
+    r = tandem(tandem_bin, "eval", "--endpoint", "http://127.0.0.1:9", "--data", str(data),
+               "--write-thresholds", "nope", "--config", str(config))
+    assert r.returncode == 1 and "has no pipeline of that name" in r.stderr, r.stderr
+
+
+def test_too_few_cases_say_how_many_are_needed(tandem_bin, tmp_path):
+    data = write_set(tmp_path / "few.jsonl", lines(VERIFY, 12))
+    r = tandem(tandem_bin, "eval", "--endpoint", "http://127.0.0.1:9", "--data", str(data),
+               "--suggest-thresholds")
+    assert r.returncode == 1
+    assert "too few cases for a precision of 0.95: consistent: 12 cases with a gold answer; " \
+           "on_topic: 12 cases with a gold answer; each needs at least 59" in r.stderr, r.stderr
+
+
+def test_flag_combinations_are_usage_errors(tandem_bin, tmp_path):
+    config = demo_config(tmp_path)
+    base = ["eval", "--endpoint", "http://127.0.0.1:9", "--data", str(VERIFY)]
+    for extra, msg in [(["--apply", str(config)], "--apply"),
+                       (["--write-thresholds", "decide"], "needs the config"),
+                       (["--config", str(config)], "is read for --write-thresholds"),
+                       (["--target-precision", "1.5", "--suggest-thresholds"],
+                        "--target-precision 1.5")]:
+        r = tandem(tandem_bin, *base, *extra)
+        assert r.returncode == 2 and msg in r.stderr, (extra, r.stderr)
+    assert config.read_text() == example("demo.yaml")
