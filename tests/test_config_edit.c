@@ -89,3 +89,20 @@ Test(config_edit, flow_style_and_missing_pipelines_are_refused) {
     cr_assert(strstr(msg, "pipelines.nope: not found"), "%s", msg);
     mem_free(msg);
 }
+
+Test(config_edit, text_that_does_not_parse_is_refused) {
+    struct config_edit_value v = {NULL, "min_confidence", "0.1"};
+    static const char text[] = "pipelines:\n  p: [\n";
+    char *out = NULL, err[256] = "";
+    size_t len = 0;
+    cr_assert_eq(config_edit_verdict("t.yaml", text, sizeof text - 1, "p", &v, 1, &out, &len,
+                                     err, sizeof err),
+                 TANDEM_ERR_FORMAT);
+    cr_assert_null(out);
+    cr_assert(strstr(err, "the YAML does not parse"), "%s", err);
+    static const char bad[] = "pipelines:\n  p:\n%\xf0\xaf\xbf&\x84\0";
+    cr_assert_eq(config_edit_verdict("t.yaml", bad, sizeof bad - 1, "p", &v, 1, &out, &len, err,
+                                     sizeof err),
+                 TANDEM_ERR_FORMAT);
+    cr_assert_str_eq(err, "t.yaml:3: not valid UTF-8 (or a NUL byte)");
+}

@@ -55,3 +55,14 @@ Test(utf8, sanitize_allocation_failure) {
     mem_fail_after(-1);
     cr_expect_null(out);
 }
+
+Test(utf8, bad_line_names_the_first_invalid_byte) {
+    static const char ok[] = "a: 1\nb: \xc3\xbc\n";
+    cr_assert_eq(utf8_bad_line((const unsigned char *)ok, sizeof ok - 1), 0);
+    static const char bad[] = "a\nb\n%\xf0\xaf\xbf&";
+    cr_assert_eq(utf8_bad_line((const unsigned char *)bad, sizeof bad - 1), 3);
+    static const char nul[] = "a\0b";
+    cr_assert_eq(utf8_bad_line((const unsigned char *)nul, sizeof nul - 1), 1);
+    static const char cut[] = "x\n\n\xe2\x82";
+    cr_assert_eq(utf8_bad_line((const unsigned char *)cut, sizeof cut - 1), 3);
+}

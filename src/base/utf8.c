@@ -49,3 +49,15 @@ char *utf8_sanitize(const char *s, size_t n, size_t *len) {
     *len = o;
     return copy;
 }
+
+size_t utf8_bad_line(const unsigned char *p, size_t n) {
+    size_t line = 1;
+    for (size_t i = 0; i < n;) {
+        size_t k = p[i] ? utf8_seq(p + i, n - i) : 0;
+        if (k == 0)
+            return line;
+        line += p[i] == '\n';
+        i += k;
+    }
+    return 0;
+}

@@ -16,4 +16,10 @@ size_t utf8_seq(const unsigned char *p, size_t n);
  * mem_free. NULL on allocation failure. */
 char *utf8_sanitize(const char *s, size_t n, size_t *len);
 
+/* Returns the 1-based line of the first byte of p[0..n) that is NUL or does
+ * not start a valid UTF-8 sequence, or 0 when the whole text is valid: the
+ * check a text passes before a parser (libfyaml) that may misbehave on such
+ * bytes sees it. */
+size_t utf8_bad_line(const unsigned char *p, size_t n);
+
 #endif

@@ -612,18 +612,19 @@ static void print_table(const json_t *s) {
 
 /* The parts of an earlier --json summary (file path) that --compare shows
  * beside this run's: the "compare" object (new reference), or NULL with the
- * reason in err[errlen]. A different dataset is allowed, and said on stderr. */
-static json_t *load_compare(const char *path, const json_t *summary, char *err, size_t errlen) {
+ * reason in err[errlen]. A dataset other than data is allowed, and said on
+ * stderr. */
+static json_t *load_compare(const char *path, const char *data, char *err, size_t errlen) {
     json_error_t je;
     json_t *before = json_load_file(path, JSON_REJECT_DUPLICATES, &je), *out = NULL;
     const char *format = json_string_value(json_object_get(before, "format"));
     if (!before)
-        tandem_errmsg(err, errlen, "line %d: %s", je.line, je.text);
+        tandem_errmsg(err, errlen, "%s: line %d: %s", path, je.line, je.text);
     else if (!format || strcmp(format, "tandem-eval/1") ||
              !json_is_object(json_object_get(before, "metrics")) ||
              !json_is_array(json_object_get(before, "reliability")))
-        tandem_errmsg(err, errlen, "not a tandem eval --json summary (format tandem-eval/1 "
-                                   "with metrics and reliability)");
+        tandem_errmsg(err, errlen, "%s: not a tandem eval --json summary (format "
+                      "tandem-eval/1 with metrics and reliability)", path);
     else
         out = json_pack("{s:s,s:O,s:O,s:O,s:O,s:O}", "file", path, "model",
                         json_object_get(before, "model"), "data", json_object_get(before, "data"),
@@ -631,9 +632,8 @@ static json_t *load_compare(const char *path, const json_t *summary, char *err, 
                         json_object_get(before, "reliability"), "selective",
                         json_object_get(before, "selective"));
     const char *d0 = json_string_value(json_object_get(before, "data"));
-    const char *d1 = json_string_value(json_object_get(summary, "data"));
-    if (out && d0 && d1 && strcmp(d0, d1))
-        fprintf(stderr, "tandem eval: --compare %s: it scored %s, this run %s\n", path, d0, d1);
+    if (out && d0 && strcmp(d0, data))
+        fprintf(stderr, "tandem eval: --compare %s: it scored %s, this run %s\n", path, d0, data);
     json_decref(before);
     return out;
 }
@@ -676,6 +676,7 @@ struct eval_cli {
     double timeout_s;
     int as_json;
     unsigned permute;                 /* --permute K: option orders asked per choice question */
+    json_t *before;                   /* --compare: the earlier summary's parts; owned */
     struct cmd_eval_thresholds th;    /* --suggest-thresholds and what it writes */
 };
 
@@ -799,36 +800,35 @@ static int write_report(const json_t *summary, const char *path) {
     return rc;
 }
 
+/* Says why the section of option failed; returns 1. */
+static int section_failed(const char *option, const char *err) {
+    fprintf(stderr, "tandem eval: %s: %s\n", option, err);
+    return 1;
+}
+
 /* Adds what the options ask beyond the scores: "permutation" (--permute),
- * "thresholds" (--suggest-thresholds) and "compare" (--compare). Returns 0,
- * or 1 with the reason on stderr. */
+ * "thresholds" (--suggest-thresholds) and "compare" (--compare, loaded
+ * before the run). Returns 0, or 1 when one of them failed (its reason on
+ * stderr; the others are added). */
 static int add_sections(json_t *summary, const struct eval_run *run, const struct eval_cli *o,
                         const struct eval_params *p, char *err, size_t errlen) {
+    int rc = 0;
     if (o->permute) {
         json_t *perm = NULL;
-        if (permute_run(run, p, o->permute, o->sc.seed, &perm, err, errlen) != TANDEM_OK) {
-            fprintf(stderr, "tandem eval: --permute: %s\n", err);
-            return 1;
-        }
-        json_object_set_new(summary, "permutation", perm);
+        if (permute_run(run, p, o->permute, o->sc.seed, &perm, err, errlen) == TANDEM_OK)
+            json_object_set_new(summary, "permutation", perm);
+        else
+            rc = section_failed("--permute", err);
     }
-    if (o->th.suggest) {
-        json_t *th = cmd_eval_thresholds_suggest(run, &o->th, &o->sc, err, errlen);
-        if (!th) {
-            fprintf(stderr, "tandem eval: --suggest-thresholds: %s\n", err);
-            return 1;
-        }
+    json_t *th = o->th.suggest ? cmd_eval_thresholds_suggest(run, &o->th, &o->sc, err, errlen)
+                               : NULL;
+    if (th)
         json_object_set_new(summary, "thresholds", th);
-    }
-    if (o->compare) {
-        json_t *before = load_compare(o->compare, summary, err, errlen);
-        if (!before) {
-            fprintf(stderr, "tandem eval: --compare %s: %s\n", o->compare, err);
-            return 1;
-        }
-        json_object_set_new(summary, "compare", before);
-    }
-    return 0;
+    else if (o->th.suggest)
+        rc = section_failed("--suggest-thresholds", err);
+    if (o->before)
+        json_object_set_new(summary, "compare", json_incref(o->before));
+    return rc;
 }
 
 static bool has_choice(const struct evalset *set) {
@@ -854,9 +854,59 @@ static int render(const json_t *summary, const struct eval_cli *o) {
         if (o->report && !status)
             printf("report: %s\n", o->report);
     }
-    if (o->th.pipeline &&
-        cmd_eval_thresholds_write(json_object_get(summary, "thresholds"), &o->th, o->as_json))
+    const json_t *th = json_object_get(summary, "thresholds");
+    if (o->th.pipeline && th && cmd_eval_thresholds_write(th, &o->th, o->as_json))
         status = 1;
+    return status;
+}
+
+/* Everything checked before a request is sent: gold answers, the thresholds'
+ * pipeline and case counts, the --compare file, choice questions for
+ * --permute. Returns 0, or 1 with the reason on stderr. */
+static int check_before_run(const struct evalset *set, struct eval_cli *o, char *err,
+                            size_t errlen) {
+    if (set->n_gold == 0) {
+        fprintf(stderr, "tandem eval: %s: no case has a gold answer, nothing to score "
+                        "(tandem drift compares models without them)\n", o->data);
+        return 1;
+    }
+    if (o->th.suggest && cmd_eval_thresholds_check_set(set, &o->th, err, errlen))
+        return section_failed("--suggest-thresholds", err);
+    if (o->compare && !(o->before = load_compare(o->compare, o->data, err, errlen)))
+        return section_failed("--compare", err);
+    if (o->permute && !has_choice(set)) {
+        fprintf(stderr, "tandem eval: --permute: %s has no choice question: the option-order "
+                        "test reorders the options of choice questions\n", o->data);
+        return 1;
+    }
+    return 0;
+}
+
+/* Runs the set and renders what it gave. Returns the exit status. */
+static int run_and_render(const struct evalset *set, const struct eval_cli *o, char *err,
+                          size_t errlen) {
+    struct eval_params p = o->p;
+    if (isatty(STDERR_FILENO)) {
+        p.progress = cmd_eval_progress;
+        p.progress_user = "eval";
+    }
+    struct eval_run *run;
+    if (eval_run_new(set, &p, &run, err, errlen) != TANDEM_OK) {
+        fprintf(stderr, "tandem eval: %s\n", err);
+        return 1;
+    }
+    json_t *summary = cmd_eval_summarize(run, p.model, &o->sc, p.concurrency);
+    int status = run->n_errors ? 1 : 0;
+    if (!summary) {
+        fprintf(stderr, "tandem eval: out of memory\n");
+        status = 1;
+    } else {
+        /* a section that fails is left out, said on stderr; the rest still renders */
+        status |= add_sections(summary, run, o, &p, err, errlen);
+        status |= render(summary, o);
+    }
+    json_decref(summary);
+    eval_run_free(run);
     return status;
 }
 
@@ -877,50 +927,11 @@ int cmd_eval_main(int argc, char **argv, const char *llama_server) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    if (set->n_gold == 0) {
-        fprintf(stderr, "tandem eval: %s: no case has a gold answer, nothing to score "
-                        "(tandem drift compares models without them)\n", o.data);
-        evalset_free(set);
-        return 1;
-    }
-    if (o.th.suggest && cmd_eval_thresholds_check_set(set, &o.th, err, sizeof err)) {
-        fprintf(stderr, "tandem eval: --suggest-thresholds: %s\n", err);
-        evalset_free(set);
-        cmd_eval_thresholds_deinit(&o.th);
-        return 1;
-    }
-    if (o.permute && !has_choice(set)) {
-        fprintf(stderr, "tandem eval: --permute: %s has no choice question: the option-order "
-                        "test reorders the options of choice questions\n", o.data);
-        evalset_free(set);
-        cmd_eval_thresholds_deinit(&o.th);
-        return 1;
-    }
-    struct eval_params p = o.p;
-    if (isatty(STDERR_FILENO)) {
-        p.progress = cmd_eval_progress;
-        p.progress_user = "eval";
-    }
-    struct eval_run *run;
-    if (eval_run_new(set, &p, &run, err, sizeof err) != TANDEM_OK) {
-        fprintf(stderr, "tandem eval: %s\n", err);
-        evalset_free(set);
-        cmd_eval_thresholds_deinit(&o.th);
-        return 1;
-    }
-    json_t *summary = cmd_eval_summarize(run, p.model, &o.sc, p.concurrency);
-    int status = run->n_errors ? 1 : 0;
-    if (!summary) {
-        fprintf(stderr, "tandem eval: out of memory\n");
-        status = 1;
-    } else if (add_sections(summary, run, &o, &p, err, sizeof err)) {
-        status = 1;
-    } else {
-        status |= render(summary, &o);
-    }
-    json_decref(summary);
-    eval_run_free(run);
+    int status = check_before_run(set, &o, err, sizeof err);
+    if (!status)
+        status = run_and_render(set, &o, err, sizeof err);
     evalset_free(set);
     cmd_eval_thresholds_deinit(&o.th);
+    json_decref(o.before);
     return status;
 }

@@ -21,6 +21,7 @@
 #include "gguf/ggml_types.h"
 #include "base/mem.h"
 #include "base/units.h"
+#include "base/utf8.h"
 #include "serve/remote.h"
 
 #define MSG 512
@@ -1366,30 +1367,6 @@ static void yaml_error(struct walk *w, const struct yaml_diag *d) {
     w->e = TANDEM_ERR_FORMAT;
 }
 
-/* YAML text must be UTF-8, and libfyaml 0.7.12 can loop forever on some
- * invalid sequences (found by fuzzing), so invalid UTF-8 is refused first.
- * Returns 0 when valid, else the 1-based line of the first bad byte. */
-static int bad_utf8_line(const unsigned char *p, size_t len) {
-    int line = 1;
-    for (size_t i = 0; i < len;) {
-        unsigned char c = p[i];
-        size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
-                 : (c & 0xF8) == 0xF0 ? 4 : 0;
-        if (n == 0 || i + n > len || (n == 2 && c < 0xC2) || (n == 4 && c > 0xF4))
-            return line;
-        for (size_t k = 1; k < n; k++)
-            if ((p[i + k] & 0xC0) != 0x80)
-                return line;
-        if ((n == 3 && c == 0xE0 && p[i + 1] < 0xA0) || (n == 3 && c == 0xED && p[i + 1] > 0x9F) ||
-            (n == 4 && c == 0xF0 && p[i + 1] < 0x90) || (n == 4 && c == 0xF4 && p[i + 1] > 0x8F) ||
-            c == 0)
-            return line;
-        line += c == '\n';
-        i += n;
-    }
-    return 0;
-}
-
 tandem_err config_load_buffer(const char *name, const char *data, size_t len, struct config **out,
                               char *err, size_t errlen) {
     *out = NULL;
@@ -1418,7 +1395,9 @@ tandem_err config_load_buffer(const char *name, const char *data, size_t len, st
     dcfg.show_position = true;
     struct fy_diag *diag = fy_diag_create(&dcfg);
     struct fy_parse_cfg pcfg = {.flags = FYPCF_QUIET | FYPCF_DEFAULT_PARSE, .diag = diag};
-    int bad = bad_utf8_line((const unsigned char *)data, len);
+    /* YAML must be UTF-8, and libfyaml 0.7.12 can loop forever on some invalid
+     * sequences (found by fuzzing): such text is refused before it parses */
+    int bad = (int)utf8_bad_line((const unsigned char *)data, len);
     struct fy_document *doc = len && !bad ? fy_document_build_from_string(&pcfg, data, len) : NULL;
     struct fy_node *root = doc ? fy_document_root(doc) : NULL;
     if (bad && (w.line = bad))

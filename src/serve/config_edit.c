@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/utf8.h"
 
 #define INDENT_STEP 2
 
@@ -211,10 +212,17 @@ tandem_err config_edit_verdict(const char *name, const char *text, size_t len,
                                const char *pipeline, const struct config_edit_value *values,
                                size_t n, char **out, size_t *out_len, char *err, size_t errlen) {
     *out = NULL;
-    struct text t = {mem_strndup(text, len), len};
+    struct text t = {mem_alloc(len + 1), len};
     if (!t.data)
         return TANDEM_ERR_NOMEM;
+    memcpy(t.data, text, len); /* every byte, a NUL included: libfyaml gets the length */
+    t.data[len] = '\0';
     tandem_err e = TANDEM_OK;
+    size_t bad = utf8_bad_line((const unsigned char *)text, len); /* libfyaml can hang on it */
+    if (bad) {
+        tandem_errmsg(err, errlen, "%s:%zu: not valid UTF-8 (or a NUL byte)", name, bad);
+        e = TANDEM_ERR_FORMAT;
+    }
     for (size_t i = 0; i < n && e == TANDEM_OK; i++) {
         struct fy_document *doc;
         struct fy_node *pl = find_pipeline(&t, pipeline, &doc);

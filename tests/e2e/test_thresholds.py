@@ -183,3 +183,42 @@ def test_flag_combinations_are_usage_errors(tandem_bin, tmp_path):
         r = tandem(tandem_bin, *base, *extra)
         assert r.returncode == 2 and msg in r.stderr, (extra, r.stderr)
     assert config.read_text() == example("demo.yaml")
+
+
+def test_a_below_threshold_in_the_config_is_suggested_below(tandem_bin, verifier, tmp_path):
+    """on_topic written "<= 0.5" in the config: true is the bad answer there, so the cut
+    accepts P(true) at or below it and precision counts gold false."""
+    config = tmp_path / "demo.yaml"
+    config.write_text(example("demo.yaml").replace('on_topic: ">= 0.5"', 'on_topic: "<= 0.5"'))
+    data = write_set(tmp_path / "verify.jsonl", lines(VERIFY, 16))
+    r = tandem(tandem_bin, "eval", "--endpoint", verifier.url, "--data", str(data), "--json",
+               "--target-precision", "0.5", "--write-thresholds", "decide", "--config",
+               str(config))
+    s = json.loads(r.stdout)
+    g = {g["question"]: g for g in s["thresholds"]["questions"]}["on_topic"]
+    assert g["op"] == "<="
+    items = [i for i in s["results"] if i["question"] == "on_topic"]
+    # the same search on -P(true), right when gold is false
+    want = expected_cut([(-p_true(i), i["gold"] is False) for i in items], 0.5)
+    if want is None:  # the 16 cases hold 4 off-topic ones: the verifier may not find them
+        assert g["status"] == "unreachable" and r.returncode == 1
+        assert "on_topic: no threshold reaches a precision of 0.5" in r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    v, accepted, right = want
+    assert g["status"] == "ok" and g["value"].startswith("<= ")
+    assert float(g["value"][3:]) == g["threshold"] >= -v
+    assert sum(1 for i in items if p_true(i) <= g["threshold"]) == accepted
+    assert g["accepted"] == accepted and g["precision"] == pytest.approx(right / accepted)
+    assert f'on_topic: "{g["value"]}"' in s["thresholds"]["yaml"]
+
+
+def test_a_bad_compare_file_is_refused_before_anything_is_sent(tandem_bin, tmp_path):
+    bad = tmp_path / "before.json"
+    bad.write_text('{"format": "tandem-drift/1"}')
+    for path, msg in [(bad, "not a tandem eval --json summary"),
+                      (tmp_path / "missing.json", "unable to open")]:
+        r = tandem(tandem_bin, "eval", "--endpoint", "http://127.0.0.1:9", "--data", str(VERIFY),
+                   "--compare", str(path))
+        assert r.returncode == 1 and f"tandem eval: --compare: {path}" in r.stderr, r.stderr
+        assert msg in r.stderr and "requests" not in r.stdout
