@@ -4,7 +4,9 @@ The verifier set tests/data/eval/verify-demo.jsonl holds examples/demo.yaml's ve
 questions with gold answers. The real pinned llama-server answers them with the demo's
 verifier (Gemma-3) and the choice questions of the shipped set with its decider
 (SmolLM2); every suggested cut is recomputed here from the per-question results, the
-rewritten config must keep its comments and pass `tandem serve --check`.
+rewritten config must keep its comments and pass `tandem serve --check`. One test serves
+hand-chosen answers from a stub endpoint (tests/e2e/s1stub.py), where the cut, its written
+value and an unreachable target are known in advance.
 """
 import json
 import subprocess
@@ -13,6 +15,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, LlamaServer, fixture_path
+from s1stub import Endpoint
 from test_deciders import DECIDER_ARGS
 from test_remote import example
 
@@ -222,3 +225,44 @@ def test_a_bad_compare_file_is_refused_before_anything_is_sent(tandem_bin, tmp_p
                    "--compare", str(path))
         assert r.returncode == 1 and f"tandem eval: --compare: {path}" in r.stderr, r.stderr
         assert msg in r.stderr and "requests" not in r.stdout
+
+
+def test_hand_computed_cuts_through_a_stub_endpoint(tandem_bin, tmp_path):
+    """Answers chosen by hand, served by a stub: at a precision of 0.9 (29 cases needed),
+    `q` keeps its seven true answers down to 0.87341 and must be written 0.8734 (0.873
+    would let in the false answer at 0.87339); `u`, whose most confident answer is false
+    and whose answers then alternate, cannot reach 0.9: its best cut is 0.5 at two."""
+    q_scores = [0.99, 0.97, 0.95, 0.93, 0.91, 0.89, 0.87341, 0.87339] + \
+        [0.8 - 0.03 * i for i in range(22)]
+    q_gold = [True] * 7 + [False] * 23
+    u_scores = [0.95 - 0.03 * i for i in range(30)]
+    u_gold = [i % 2 == 1 for i in range(30)]
+    cases = []
+    for i in range(30):
+        cases.append({"id": f"c{i}", "state": f"case {i}",
+                      "questions": {"q": {"type": "noul", "instructions": "q?"},
+                                    "u": {"type": "noul", "instructions": "u?"}},
+                      "gold": {"q": q_gold[i], "u": u_gold[i]}})
+    data = write_set(tmp_path / "hand.jsonl", cases)
+
+    def answer(req):
+        i = int(req["state"].split()[1])
+        return 200, {"model": "stub", "answers": {"q": {"type": "noul", "noul": q_scores[i]},
+                                                  "u": {"type": "noul", "noul": u_scores[i]}}}
+    stub = Endpoint(answer)
+    try:
+        r = tandem(tandem_bin, "eval", "--endpoint", stub.url, "--data", str(data), "--json",
+                   "--suggest-thresholds", "--target-precision", "0.9")
+    finally:
+        stub.close()
+    assert r.returncode == 0, r.stderr
+    th = json.loads(r.stdout)["thresholds"]
+    assert th["min_answers"] == 29 and "yaml" not in th
+    g = {x["question"]: x for x in th["questions"]}
+    assert g["q"]["status"] == "ok" and g["q"]["value"] == ">= 0.8734"
+    assert g["q"]["threshold"] == 0.8734 and g["q"]["accepted"] == 7
+    assert g["q"]["precision"] == 1 and g["q"]["coverage"] == pytest.approx(7 / 30)
+    assert g["q"]["answers"] == 30 and g["q"]["right"] == 7
+    assert g["u"]["status"] == "unreachable" and "value" not in g["u"]
+    assert g["u"]["best"] == {"precision": 0.5, "coverage": pytest.approx(2 / 30),
+                              "threshold": pytest.approx(0.92)}
