@@ -28,6 +28,7 @@
 #include "serve/config_edit.h"
 
 #define DECIDE_GROUP "min_confidence"
+#define THRESHOLDS_LINE "      thresholds:\n" /* in the snippet, under pipelines.P.verdict */
 
 /* The answers of one threshold: a noul question, or the pooled choice
  * questions standing for the decider. */
@@ -166,14 +167,13 @@ static const char *group_name(const struct group *g) {
 static int check_counts(const struct groups *gs, double target, const char *what, char *err,
                         size_t errlen) {
     size_t need = metrics_min_answers_for_precision(target), len = 0;
-    for (size_t i = 0; i < gs->n && len < errlen; i++)
+    char list[4096];
+    for (size_t i = 0; i < gs->n && len < sizeof list; i++)
         if (gs->g[i].n < need)
-            len += (size_t)snprintf(err + len, errlen - len, "%s%s: %zu %s",
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s: %zu %s",
                                     len ? "; " : "", group_name(&gs->g[i]), gs->g[i].n, what);
     if (!len)
         return 0;
-    char list[4096];
-    snprintf(list, sizeof list, "%s", err);
     tandem_errmsg(err, errlen, "too few cases for a precision of %.4g: %s; each needs at least "
                   "%zu (the fewest that, all right, show a precision of %.4g or more with 95%% "
                   "confidence)", target, list, need, target);
@@ -210,7 +210,7 @@ static double choice_confidence(const double *p, size_t n) {
     return c > 0 ? c : 0;
 }
 
-/* The first answered repeat of case c, or NULL. */
+/* The first answered repeat of case c, or run->repeat when none was. */
 static unsigned first_answered(const struct eval_run *run, size_t c) {
     for (unsigned r = 0; r < run->repeat; r++)
         if (eval_run_answer(run, c, r)->status == TANDEM_OK)
@@ -392,7 +392,7 @@ static char *yaml_snippet(const json_t *groups, const struct cmd_eval_thresholds
         double prec = json_number_value(json_object_get(g, "precision"));
         double cov = json_number_value(json_object_get(g, "coverage"));
         if (q && !header)
-            mem_buf_append(&b, "      thresholds:\n", 18);
+            mem_buf_append(&b, THRESHOLDS_LINE, strlen(THRESHOLDS_LINE));
         header |= q != NULL;
         n = q ? snprintf(line, sizeof line, "        %s: \"%s\"  # precision %.3f, coverage "
                          "%.3f\n", q, value, prec, cov)

@@ -142,14 +142,13 @@ static tandem_err replace_value(struct text *t, struct fy_node_pair *p,
     return splice(t, from, to - from, v->text, strlen(v->text));
 }
 
-/* Returns the value of key in block mapping m (NULL when absent); a present
- * value that is not a block mapping, when want_block, is a format error. */
-static tandem_err child(struct fy_node *m, const char *key, bool want_block,
-                        struct fy_node_pair **pair, struct fy_node **out) {
-    *pair = fy_node_mapping_lookup_pair_by_string(m, key, FY_NT);
-    *out = *pair ? fy_node_pair_value(*pair) : NULL;
-    if (*pair && want_block &&
-        (!*out || !fy_node_is_mapping(*out) || fy_node_get_style(*out) == FYNS_FLOW))
+/* The block mapping under key in block mapping m into *out (NULL when the
+ * key is absent); a present value that is not a block mapping is a format
+ * error. */
+static tandem_err child_block(struct fy_node *m, const char *key, struct fy_node **out) {
+    struct fy_node_pair *pair = fy_node_mapping_lookup_pair_by_string(m, key, FY_NT);
+    *out = pair ? fy_node_pair_value(pair) : NULL;
+    if (pair && (!*out || !fy_node_is_mapping(*out) || fy_node_get_style(*out) == FYNS_FLOW))
         return TANDEM_ERR_FORMAT;
     return TANDEM_OK;
 }
@@ -159,22 +158,21 @@ static tandem_err child(struct fy_node *m, const char *key, bool want_block,
  * not a block mapping, on TANDEM_ERR_FORMAT. */
 static tandem_err apply_one(struct text *t, struct fy_node *pl, const struct config_edit_value *v,
                             const char **path) {
-    struct fy_node_pair *pair;
     struct fy_node *verdict, *block;
     *path = "verdict";
-    if (child(pl, "verdict", true, &pair, &verdict) != TANDEM_OK)
+    if (child_block(pl, "verdict", &verdict) != TANDEM_OK)
         return TANDEM_ERR_FORMAT;
     if (!verdict)
         return add_entry(t, pl, true, v->section, v);
     block = verdict;
     if (v->section) {
         *path = "verdict.thresholds";
-        if (child(verdict, v->section, true, &pair, &block) != TANDEM_OK)
+        if (child_block(verdict, v->section, &block) != TANDEM_OK)
             return TANDEM_ERR_FORMAT;
         if (!block)
             return add_entry(t, verdict, false, v->section, v);
     }
-    pair = fy_node_mapping_lookup_pair_by_string(block, v->key, FY_NT);
+    struct fy_node_pair *pair = fy_node_mapping_lookup_pair_by_string(block, v->key, FY_NT);
     if (!pair)
         return add_entry(t, block, false, NULL, v);
     if (!fy_node_is_scalar(fy_node_pair_value(pair)))
