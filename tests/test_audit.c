@@ -495,6 +495,11 @@ Test(audit, sigkill_never_corrupts_earlier_lines, .timeout = 20) {
         cr_assert_geq(pid, 0);
         if (pid == 0)
             crash_child(path);
+        /* the kill lands while the child writes, not before it has opened the log
+         * (a cold start on a loaded machine can take longer than the shortest wait) */
+        struct stat st;
+        for (int waited = 0; stat(path, &st) != 0 && waited < 5000; waited++)
+            nanosleep(&(struct timespec){0, 1000000L}, NULL);
         struct timespec ts = {0, (long)(3 + rand() % 40) * 1000000L};
         nanosleep(&ts, NULL);
         kill(pid, SIGKILL);
