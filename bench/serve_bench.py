@@ -45,6 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from conftest import ENGINE, FIXTURES, PINS, Serve, free_port  # noqa: E402
+from procs import cmdline, cpu_snapshot, descendants, foreign_engines, foreign_share  # noqa: E402
 
 A, B = "smollm2-decider", "gemma3-decider"
 MODELS = (A, B)
@@ -165,36 +166,12 @@ def get_text(url, path, timeout=10):
 
 # --- processes -----------------------------------------------------------------------
 
-def descendants(pid):
-    """Every live process below pid, from /proc (ppid links)."""
-    children = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 def kill_pids(pids):
     for p in pids:
         try:
             os.kill(p, signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-
-def cmdline(pid):
-    return Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
 
 
 class Engine:
@@ -343,44 +320,7 @@ def loadavg():
 QUIET = {"max_wait": 90.0, "budget": 1800.0, "waits": 0, "waited": 0.0, "busy": 0, "checks": 0, "dropped": 0}
 
 
-def foreign_engines():
-    """llama-server processes on this machine that this benchmark did not start."""
-    ours = set(descendants(os.getpid()))
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) not in ours:
-            try:
-                argv0 = (d / "cmdline").read_bytes().split(b"\0", 1)[0]
-            except OSError:
-                continue
-            if argv0.endswith(b"llama-server"):
-                found.append(int(d.name))
-    return found
-
-
 FOREIGN_MAX = 0.15  # share of the machine's CPU others may use during a kept measurement
-
-
-def cpu_snapshot():
-    """(seconds, busy CPU ticks of the whole machine, CPU ticks of this process tree)."""
-    f = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in f[:8])
-    busy = user + nice + system + irq + softirq + steal
-    ours = 0
-    for pid in [os.getpid()] + descendants(os.getpid()):
-        try:
-            st = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ours += sum(int(x) for x in st[11:15])  # utime stime cutime cstime
-    return time.perf_counter(), busy, ours
-
-
-def foreign_share(a, b):
-    """The share of all CPUs used by processes outside this tree between two snapshots."""
-    secs = b[0] - a[0]
-    ticks = (b[1] - a[1]) - (b[2] - a[2])
-    return max(0.0, ticks / (secs * os.sysconf("SC_CLK_TCK") * os.cpu_count())) if secs > 0 else 0.0
 
 
 class Sampler:

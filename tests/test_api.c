@@ -139,3 +139,37 @@ Test(api, api_routes_copies_no_more_than_asked) {
     cr_expect_not_null(one[0].path);
     cr_expect_str_eq(one[1].path, "sentinel", "api_routes wrote past cap");
 }
+
+/* --- api_parse_sdk_timeout: the OpenAI SDK's x-stainless-read-timeout ---------------------- */
+
+Test(api, sdk_timeout_reads_what_python_writes) {
+    static const struct { const char *text; int64_t ms; } ok[] = {
+        {"600", 600000},   {"600.0", 600000}, {"30.0", 30000}, {"0.25", 250},
+        {"42.5", 42500},   {".5", 500},       {"1e-05", 1},    {"1e+03", 1000000},
+        {"0.0004", 1},     {"0.0015", 2},     {"86400", 86400000}};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        int64_t ms = -1;
+        cr_expect_eq(api_parse_sdk_timeout(ok[i].text, &ms), TANDEM_OK, "\"%s\"", ok[i].text);
+        cr_expect_eq(ms, ok[i].ms, "\"%s\": %lld ms, expected %lld", ok[i].text, (long long)ms,
+                     (long long)ok[i].ms);
+    }
+}
+
+Test(api, sdk_timeout_refuses_anything_else_and_leaves_the_output_alone) {
+    static const struct { const char *text; tandem_err e; } bad[] = {
+        {"", TANDEM_ERR_FORMAT},       {"soon", TANDEM_ERR_FORMAT},   {"-1", TANDEM_ERR_FORMAT},
+        {"+5", TANDEM_ERR_FORMAT},     {" 5", TANDEM_ERR_FORMAT},     {"5 ", TANDEM_ERR_FORMAT},
+        {"5s", TANDEM_ERR_FORMAT},     {"0x10", TANDEM_ERR_FORMAT},   {"inf", TANDEM_ERR_FORMAT},
+        {"nan", TANDEM_ERR_FORMAT},    {"1e400", TANDEM_ERR_FORMAT},  {".", TANDEM_ERR_FORMAT},
+        {"1.2.3", TANDEM_ERR_FORMAT},  {"1e", TANDEM_ERR_FORMAT},     {"0", TANDEM_ERR_RANGE},
+        {"0.0", TANDEM_ERR_RANGE},     {"1e-400", TANDEM_ERR_RANGE},  {"86400.001", TANDEM_ERR_RANGE},
+        {"1e9", TANDEM_ERR_RANGE}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int64_t ms = 7;
+        cr_expect_eq(api_parse_sdk_timeout(bad[i].text, &ms), bad[i].e, "\"%s\"", bad[i].text);
+        cr_expect_eq(ms, 7, "\"%s\" changed the output", bad[i].text);
+    }
+    int64_t ms = 7;
+    cr_expect_eq(api_parse_sdk_timeout(NULL, &ms), TANDEM_ERR_FORMAT);
+    cr_expect_eq(ms, 7);
+}

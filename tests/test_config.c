@@ -102,6 +102,24 @@ Test(config, defaults_are_filled) {
     config_free(c);
 }
 
+/* determinism: strict is one slot; relaxed takes CONFIG_RELAXED_SLOTS unless
+ * parallel says otherwise. (parallel > 1 without relaxed: parallel_strict.yaml) */
+Test(config, determinism_sets_the_slots) {
+    struct config *c = load_text("models:\n"
+                                 "  a: {path: model.gguf}\n"
+                                 "  b: {path: model.gguf, determinism: strict}\n"
+                                 "  c: {path: model.gguf, determinism: relaxed}\n"
+                                 "  d: {path: model.gguf, determinism: relaxed, parallel: 2}\n"
+                                 "  e: {path: model.gguf, determinism: relaxed, parallel: 1}\n");
+    uint32_t want[] = {1, 1, CONFIG_RELAXED_SLOTS, 2, 1};
+    bool relaxed[] = {false, false, true, true, true};
+    for (size_t i = 0; i < 5; i++) {
+        cr_expect_eq(c->models[i].settings.parallel, want[i], "%s", c->models[i].name);
+        cr_expect_eq(c->models[i].relaxed, relaxed[i], "%s", c->models[i].name);
+    }
+    config_free(c);
+}
+
 Test(config, remote_models_and_gateway_keys) {
     setenv("TANDEM_TEST_UPSTREAM_KEY", "k3y", 1);
     struct config *c = load_text("node: {id: node-7}\n"

@@ -126,21 +126,23 @@ Test(engine_child, argv_carries_the_plan) {
     r.no_warmup = true;
     char *extra[] = {"--verbose-prompt", NULL};
     char **argv = NULL;
-    cr_assert_eq(engine_child_argv("/e/llama-server", "/m.gguf", "kev", &r, 8123, extra, &argv),
+    cr_assert_eq(engine_child_argv("/e/llama-server", "/m.gguf", "kev", &r, 8123, "/run/kev.slots", extra,
+                                   &argv),
                  TANDEM_OK);
     char line[1024] = "";
     for (size_t i = 0; argv[i]; i++)
         snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", i ? " " : "", argv[i]);
     cr_expect_str_eq(line, "/e/llama-server -m /m.gguf --host 127.0.0.1 --port 8123 -c 8192 "
                            "-ngl 0 -fit off -np 2 -ctk f16 -ctv f16 -fa off -b 512 -ub 512 "
-                           "--no-repack --device none -t 3 -tb 3 --no-warmup --alias kev -lv 4 "
+                           "--no-repack --device none -t 3 -tb 3 --no-warmup --alias kev --cache-ram 0 "
+                           "--slot-save-path /run/kev.slots -lv 4 "
                            "--no-log-timestamps --no-log-prefix --verbose-prompt");
     engine_child_argv_free(argv);
     r.gpu = true; /* on a GPU: no --device none; threads 0 = the engine's default */
     r.ngl = 33;
     r.threads = 0;
     r.no_warmup = false;
-    cr_assert_eq(engine_child_argv("/e/llama-server", "/m.gguf", NULL, &r, 8123, NULL, &argv),
+    cr_assert_eq(engine_child_argv("/e/llama-server", "/m.gguf", NULL, &r, 8123, NULL, NULL, &argv),
                  TANDEM_OK);
     for (size_t i = 0; argv[i]; i++)
         cr_expect(strcmp(argv[i], "--device") && strcmp(argv[i], "-t") &&
@@ -148,6 +150,6 @@ Test(engine_child, argv_carries_the_plan) {
                   "%s", argv[i]);
     engine_child_argv_free(argv);
     r.ngl = PLAN_NGL_AUTO;
-    cr_expect_eq(engine_child_argv("/e", "/m", NULL, &r, 1, NULL, &argv), TANDEM_ERR_INVAL);
+    cr_expect_eq(engine_child_argv("/e", "/m", NULL, &r, 1, NULL, NULL, &argv), TANDEM_ERR_INVAL);
     cr_expect_neq(engine_child_free_port(), 0);
 }

@@ -427,3 +427,31 @@ Test(s1, validation_messages_survive_the_error_body) {
         }
     }
 }
+
+static uint64_t key_of(const char *text) {
+    json_t *b = json_loads(text, 0, NULL);
+    cr_assert_not_null(b, "%s", text);
+    uint64_t k = s1_prompt_key(b);
+    json_decref(b);
+    return k;
+}
+
+/* The repeat key: what an answer depends on, whatever the key order, the
+ * model or the other members; distinct states give distinct keys. */
+Test(s1, prompt_key_follows_the_state) {
+    uint64_t a = key_of("{\"model\":\"m\",\"state\":{\"x\":1,\"y\":[2]},\"questions\":{}}");
+    cr_expect_neq(a, 0);
+    cr_expect_eq(a, key_of("{\"state\":{\"y\":[2],\"x\":1},\"model\":\"other\"}"));
+    cr_expect_neq(a, key_of("{\"state\":{\"x\":1,\"y\":[3]}}"));
+    cr_expect_neq(key_of("{\"state\":\"a\"}"), key_of("{\"state\":\"b\"}"));
+    /* the OpenAI routes: messages, prompt or input */
+    uint64_t m = key_of("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":4}");
+    cr_expect_neq(m, 0);
+    cr_expect_eq(m, key_of("{\"max_tokens\":9,\"messages\":[{\"content\":\"hi\",\"role\":\"user\"}]}"));
+    cr_expect_neq(key_of("{\"prompt\":\"hi\"}"), 0);
+    cr_expect_eq(key_of("{\"input\":\"hi\"}"), key_of("{\"prompt\":\"hi\"}"));
+    /* nothing to key on */
+    cr_expect_eq(key_of("{\"questions\":{}}"), 0);
+    cr_expect_eq(key_of("[1,2]"), 0);
+    cr_expect_eq(s1_prompt_key(NULL), 0);
+}

@@ -167,8 +167,9 @@ static json_t *device_json(const struct plan_footprint *f, enum plan_device d) {
 
 static json_t *settings_json(const struct plan_settings *s) {
     const struct ggml_type_info *k = ggml_type_get(s->type_k), *v = ggml_type_get(s->type_v);
-    return json_pack("{s:i, s:i, s:b, s:s, s:s, s:b, s:i, s:i, s:b}", "ctx", (json_int_t)s->ctx,
-                     "parallel", (json_int_t)s->parallel, "kv_unified", s->kv_unified,
+    return json_pack("{s:i, s:i, s:s, s:b, s:s, s:s, s:b, s:i, s:i, s:b}", "ctx",
+                     (json_int_t)s->ctx, "parallel", (json_int_t)s->parallel, "determinism",
+                     s->parallel == 1 ? "strict" : "relaxed", "kv_unified", s->kv_unified,
                      "cache_type_k", k ? k->name : "?", "cache_type_v", v ? v->name : "?",
                      "flash_attn", s->flash_attn, "batch", (json_int_t)s->batch, "ubatch",
                      (json_int_t)s->ubatch, "gpu", s->gpu);
@@ -260,9 +261,12 @@ static void print_table(json_t *j) {
         if (gpu)
             print_row(name, json_object_get(m, "gpu"), "gpu", measured);
         print_row(gpu ? "" : name, json_object_get(m, "host"), "host", gpu ? 0 : measured);
-        printf("  %-22s ctx %lld (max %lld), %lld of %lld layers on the GPU%s\n", "",
-               json_integer_value(json_object_get(m, "n_ctx")),
-               json_integer_value(json_object_get(m, "max_ctx")),
+        json_t *set = json_object_get(m, "settings");
+        long long slots = json_integer_value(json_object_get(set, "parallel"));
+        printf("  %-22s ctx %lld (max %lld), %lld slot%s (%s), %lld of %lld layers on the "
+               "GPU%s\n", "", json_integer_value(json_object_get(m, "n_ctx")),
+               json_integer_value(json_object_get(m, "max_ctx")), slots, slots == 1 ? "" : "s",
+               json_string_value(json_object_get(set, "determinism")),
                json_integer_value(json_object_get(m, "ngl")),
                json_integer_value(json_object_get(m, "n_layer")) + 1,
                gpu ? "" : " (CPU engine)");

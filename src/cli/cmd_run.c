@@ -184,7 +184,7 @@ static int start_and_supervise(const char *model_path, const char *name, struct 
     }
     uint16_t port = engine_child_free_port();
     char **argv = NULL;
-    if (!port || engine_child_argv(engine, model_path, name, s, port, NULL, &argv) != TANDEM_OK) {
+    if (!port || engine_child_argv(engine, model_path, name, s, port, NULL, NULL, &argv) != TANDEM_OK) {
         fprintf(stderr, "tandem run: cannot prepare the engine's arguments\n");
         return 1;
     }

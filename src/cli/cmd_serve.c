@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -147,6 +148,13 @@ static void config_budget(const struct config *cfg, struct serve *sv) {
     sv->simulated = plan_cli_place_budget(&o, &sv->budget, &sv->place_budget);
 }
 
+/* The modification time of path in Unix seconds, 0 when it cannot be read:
+ * a model's date on /v1/models (GGUF defines no date key). */
+static int64_t file_mtime(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && st.st_mtime > 0 ? (int64_t)st.st_mtime : 0;
+}
+
 /* Opens every local model's header. Returns 0 or 2. */
 static int open_models(struct serve *sv) {
     for (size_t i = 0; i < sv->n; i++) {
@@ -187,18 +195,20 @@ static void apply_slot(struct serve *sv, size_t i, size_t sched_index,
                                        .decision_type = plan_model_decision_type(m),
                                        .arch = plan_model_arch(m), .n_ctx = resolved.ctx,
                                        .sha256 = plan_model_header_sha256(m),
-                                       .file_sha256 = sv->file_sha256[i]};
+                                       .file_sha256 = sv->file_sha256[i],
+                                       .created = file_mtime(cm->path)};
     sv->pmodels[i] = (struct pipeline_model){.sched_index = sched_index,
                                              .remote_index = SIZE_MAX,
                                              .decision_type = plan_model_decision_type(m),
                                              .max_options = s1_max_options(plan_model_decision_type(m)),
                                              .file_sha256 = sv->file_sha256[i]};
     char gpu[32], host[32], dev[16];
-    fprintf(stderr, "tandem serve: %s: %s%s on %s, ctx %u, ngl %d, %u thread(s), %u slot(s): "
-                    "%s GPU + %s host%s\n",
+    fprintf(stderr, "tandem serve: %s: %s%s on %s, ctx %u, ngl %d, %u thread(s), %u slot(s) "
+                    "(%s): %s GPU + %s host%s\n",
             cm->name, plan_model_arch(m), plan_model_decision_type(m)[0] ? " (decision)" : "",
             place_device_name(slot->device, dev, sizeof dev), resolved.ctx, resolved.ngl,
-            resolved.threads, resolved.parallel, units_format_bytes(spec->gpu_bytes, gpu, sizeof gpu),
+            resolved.threads, resolved.parallel, resolved.parallel == 1 ? "strict" : "relaxed",
+            units_format_bytes(spec->gpu_bytes, gpu, sizeof gpu),
             units_format_bytes(spec->host_bytes, host, sizeof host),
             slot->rotates ? ", rotates" : "");
 }
@@ -214,7 +224,8 @@ static void describe_remote_models(struct serve *sv) {
         const char *type = cm->upstream->dialect == CONFIG_DIALECT_SYSTEMONE ? "remote" : "";
         sv->models[i] = (struct api_model){.cm = cm, .sched_index = SIZE_MAX, .remote_index = r,
                                            .decision_type = type, .arch = "remote", .sha256 = "",
-                                           .file_sha256 = ""};
+                                           .file_sha256 = "",
+                                           .created = file_mtime(sv->config_path)};
         sv->pmodels[i] = (struct pipeline_model){.sched_index = SIZE_MAX, .remote_index = r++,
                                                  .decision_type = type,
                                                  .max_options = s1_max_options(type),

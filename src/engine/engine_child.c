@@ -73,8 +73,8 @@ static const char *type_name(uint32_t id, char *buf, size_t cap) {
 }
 
 tandem_err engine_child_argv(const char *binary, const char *model_path, const char *alias,
-                             const struct plan_settings *r, uint16_t port, char *const *extra,
-                             char ***argv_out) {
+                             const struct plan_settings *r, uint16_t port, const char *slot_dir,
+                             char *const *extra, char ***argv_out) {
     *argv_out = NULL;
     if (r->ngl == PLAN_NGL_AUTO)
         return TANDEM_ERR_INVAL;
@@ -119,6 +119,12 @@ tandem_err engine_child_argv(const char *binary, const char *model_path, const c
     if (alias) {
         push(&b, "--alias");
         push(&b, alias);
+    }
+    push(&b, "--cache-ram"); /* no prompt cache in host RAM: unplanned memory, and a prompt */
+    push(&b, "0");           /* restored whole from it is answered from its last token alone */
+    if (slot_dir) {
+        push(&b, "--slot-save-path");
+        push(&b, slot_dir);
     }
     push(&b, "-lv");
     push(&b, "4");

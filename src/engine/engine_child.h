@@ -26,15 +26,19 @@ struct engine_child; /* opaque */
  * resolved settings already say), --no-repack --device none on a CPU engine
  * (no GPU context at all), -t/-tb when threads is set, --no-warmup when
  * asked, -nkvo,
- * --swa-full, --alias, and -lv 4 --no-log-timestamps --no-log-prefix so the
+ * --swa-full, --alias, --cache-ram 0 (no prompt cache in host RAM: its memory
+ * is not planned, and a prompt restored whole from it is answered from its
+ * last token alone, with other bytes), --slot-save-path slot_dir when
+ * slot_dir is not NULL (an existing directory: the engine then allows POST
+ * /slots/0?action=erase), and -lv 4 --no-log-timestamps --no-log-prefix so the
  * buffer sizes are logged; never --embeddings or --pooling. extra (NULL or
  * NULL-terminated, borrowed) is appended verbatim. Writes a NULL-terminated
  * array into *argv_out (output; free with engine_child_argv_free) whose
  * element 0 is binary. Returns TANDEM_ERR_NOMEM or TANDEM_ERR_INVAL (ngl
  * auto). */
 tandem_err engine_child_argv(const char *binary, const char *model_path, const char *alias,
-                             const struct plan_settings *r, uint16_t port, char *const *extra,
-                             char ***argv_out);
+                             const struct plan_settings *r, uint16_t port, const char *slot_dir,
+                             char *const *extra, char ***argv_out);
 
 /* Frees an array from engine_child_argv. NULL is a no-op. */
 void engine_child_argv_free(char **argv);

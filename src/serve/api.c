@@ -9,10 +9,12 @@
  * hands it an engine port the original body is forwarded unchanged; the
  * answer is passed through unchanged on success (server-sent events chunk by
  * chunk, as they arrive), and engine errors are rewritten into tandem's one
- * error shape with the engine's status and message. Every call ends in
- * exactly one place, finish(), which writes the audit line and the metrics. */
+ * error shape with the engine's status, message and every other member of
+ * its error object. Every call ends in exactly one place, finish(), which
+ * writes the audit line and the metrics. */
 #include "serve/api.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +37,6 @@
 #define MAX_TIMEOUT_MS 86400000LL
 #define AUDIT_BODY_MAX (256u << 10)
 #define AUDIT_LOG_EVERY_MS 60000 /* stderr lines about a failing audit log, at most */
-/* the TypeSafe SDK requires a YYYY-MM-DD release date; a local file has none */
-#define RELEASE_DATE_UNKNOWN "1970-01-01"
 
 #define RUN_MS_UNKNOWN 1000.0 /* a request's expected running time before one is seen */
 
@@ -93,6 +93,7 @@ struct call {
     size_t body_len;
     json_t *request;     /* parsed body */
     int64_t t0;
+    int64_t deadline_ms; /* the deadline, in ms from t0 (0 = none, or not computed) */
     struct sched_timing timing;
     uint32_t position;
     bool streaming, answered;
@@ -223,6 +224,8 @@ static void audit_call(struct call *c, int status, const char *error) {
         json_object_set_new(rec, "upstream", c->upstream[0] ? json_string(c->upstream) : json_null());
     if (c->attempts)
         json_object_set_new(rec, "attempts", json_integer(c->attempts));
+    if (c->deadline_ms)
+        json_object_set_new(rec, "deadline_ms", json_integer(c->deadline_ms));
     if (error)
         json_object_set_new(rec, "error", audit_text(error, strlen(error)));
     if (a->p.cfg->log_bodies) {
@@ -605,10 +608,22 @@ static bool too_large(const char *text, size_t len) {
     return memmem(text, len, "too large to process", strlen("too large to process")) != NULL;
 }
 
-/* An engine error answer, in tandem's shape, keeping the engine's status and
- * message; the encoders' "input too large" (a 500) is the client's error,
- * and any other server error but the engine's 501 (not supported) and 503
- * (unavailable) is a 502 upstream_error with its message (docs/serve.md). */
+/* The members of an engine's error object (borrowed) that tandem's shape
+ * does not set itself, e.g. exceed_context_size_error's n_prompt_tokens and
+ * n_ctx: a new object (NULL when err is not an object), for fail_call. */
+static json_t *engine_error_fields(json_t *err) {
+    json_t *own = json_is_object(err) ? json_copy(err) : NULL;
+    static const char *const set[] = {"code", "type", "message"};
+    for (size_t i = 0; own && i < sizeof set / sizeof *set; i++)
+        json_object_del(own, set[i]);
+    return own;
+}
+
+/* An engine error answer, in tandem's shape, keeping the engine's status,
+ * message and every other member of its error object; the encoders' "input
+ * too large" (a 500) is the client's error, and any other server error but
+ * the engine's 501 (not supported) and 503 (unavailable) is a 502
+ * upstream_error with its message (docs/serve.md). */
 static void engine_error(struct call *c, int status, const char *text, size_t len) {
     json_t *j = json_loadb(text, len, 0, NULL);
     json_t *err = json_object_get(j, "error");
@@ -634,7 +649,7 @@ static void engine_error(struct call *c, int status, const char *text, size_t le
         status = 502;
         type = "upstream_error";
     }
-    fail_call(c, status, type, msg, NULL, NULL);
+    fail_call(c, status, type, msg, NULL, engine_error_fields(err));
     json_decref(j);
 }
 
@@ -770,17 +785,48 @@ static bool header_ms(struct call *c, const char *name, int64_t *ms) {
     return true;
 }
 
-/* The deadline: the smallest of the request's own X-Tandem-Timeout-Ms, the
- * gateway's x-envoy-expected-rq-timeout-ms and limits.request_timeout. */
+tandem_err api_parse_sdk_timeout(const char *value, int64_t *ms) {
+    if (!value || (!(*value >= '0' && *value <= '9') && *value != '.') ||
+        strspn(value, "0123456789.eE+-") != strlen(value))
+        return TANDEM_ERR_FORMAT;
+    char *end;
+    double s = strtod(value, &end);
+    if (end == value || *end || !isfinite(s))
+        return TANDEM_ERR_FORMAT;
+    if (s <= 0 || s > MAX_TIMEOUT_MS / 1000)
+        return TANDEM_ERR_RANGE;
+    long long v = llround(s * 1000.0);
+    *ms = v < 1 ? 1 : v;
+    return TANDEM_OK;
+}
+
+/* The read timeout the OpenAI SDK announces on an OpenAI route, in ms; 0 when
+ * there is none or it is invalid (ignored, never a 400: the SDK sends it
+ * unasked), and for a streamed answer, where it bounds the wait between
+ * chunks, not the whole answer. */
+static int64_t sdk_timeout_ms(const struct call *c) {
+    int64_t ms = 0;
+    if (c->route >= R_CHAT && c->route <= R_EMBEDDINGS &&
+        !json_is_true(json_object_get(c->request, "stream")))
+        (void)api_parse_sdk_timeout(http_req_header(c->r, "x-stainless-read-timeout"), &ms);
+    return ms;
+}
+
+/* The deadline: the smallest of the request's own timeout (X-Tandem-Timeout-Ms,
+ * else the OpenAI SDK's: sdk_timeout_ms), the gateway's
+ * x-envoy-expected-rq-timeout-ms and limits.request_timeout. */
 static bool deadline(struct call *c, int64_t *out) {
     int64_t own = 0, gateway = 0, ms = c->api->p.cfg->request_timeout_ms;
     if (!header_ms(c, "X-Tandem-Timeout-Ms", &own) ||
         !header_ms(c, "x-envoy-expected-rq-timeout-ms", &gateway))
         return false;
+    if (!own)
+        own = sdk_timeout_ms(c);
     if (own > 0 && (ms <= 0 || own < ms))
         ms = own;
     if (gateway > 0 && (ms <= 0 || gateway < ms))
         ms = gateway;
+    c->deadline_ms = ms > 0 ? ms : 0;
     *out = ms > 0 ? c->t0 + ms : 0;
     return true;
 }
@@ -877,7 +923,8 @@ static void submit(struct call *c) {
     bool idempotent = (c->route == R_SYSTEMONE || c->route == R_EMBEDDINGS) &&
                       !json_is_true(json_object_get(c->request, "stream"));
     tandem_err e = sched_submit(c->api->p.sched, c->model->sched_index, due,
-                                idempotent ? &idempotent_ops : &job_ops, c, &c->job, &c->position);
+                                s1_prompt_key(c->request), idempotent ? &idempotent_ops : &job_ops,
+                                c, &c->job, &c->position);
     if (e == TANDEM_ERR_TOOBIG) {
         c->reject = "queue_full";
         fail_call(c, 429, "queue_full", "the admission queue is full (limits.queue_depth); retry later",
@@ -1047,37 +1094,58 @@ static const char *model_state(const struct api *a, const struct api_model *m) {
     return sched_state_name(sched_model_state(a->p.sched, m->sched_index));
 }
 
+/* A model's entry in OpenAI's list: created is its date (omitted when unknown). */
+static json_t *openai_model_json(const struct api *a, const struct api_model *m) {
+    json_t *aliases = json_array();
+    for (size_t k = 0; k < m->cm->n_aliases; k++)
+        json_array_append_new(aliases, json_string(m->cm->aliases[k]));
+    json_t *d = json_pack("{sssssIsssosss{s[s]s[s]}s{sssIss}}", "id", m->cm->name, "object",
+                          "model", "created", (json_int_t)m->created, "owned_by", "tandem",
+                          "aliases", aliases, "decision_type", m->decision_type, "architecture",
+                          "input_modalities", "text", "output_modalities",
+                          m->decision_type[0] ? "decisions" : "text", "meta", "arch", m->arch,
+                          "n_ctx", (json_int_t)m->n_ctx, "header_sha256", m->sha256);
+    if (m->created <= 0)
+        json_object_del(d, "created");
+    json_object_set_new(json_object_get(d, "meta"), "sha256",
+                        m->file_sha256[0] ? json_string(m->file_sha256) : json_null());
+    json_object_set_new(d, "status", json_string(model_status(a, m)));
+    json_object_set_new(d, "state", json_string(model_state(a, m)));
+    if (m->remote_index != SIZE_MAX && !remote_model_up(a->p.remote, m->remote_index))
+        json_object_set_new(d, "down_because", json_string(remote_model_down_cause(
+                                                   a->p.remote, m->remote_index)));
+    return d;
+}
+
+/* Appends model i's entries in TypeSafe's list to models: its own and, for the
+ * default model, jev-latest's. release_date is its date in UTC (omitted when
+ * unknown). */
+static void append_typesafe_models(const struct api *a, size_t i, json_t *models) {
+    const struct api_model *m = &a->p.models[i];
+    bool decision = m->decision_type[0] != '\0';
+    char desc[300], date[16] = "";
+    snprintf(desc, sizeof desc, "%s (%s%s%s), served by tandem", m->cm->name, m->arch,
+             decision ? ", decision type " : ", generative", m->decision_type);
+    time_t t = (time_t)m->created;
+    struct tm tm;
+    if (m->created > 0 && gmtime_r(&t, &tm))
+        strftime(date, sizeof date, "%Y-%m-%d", &tm);
+    for (int alias = 0; alias <= (i == a->p.default_model); alias++) {
+        json_t *e = json_pack("{ssss}", "name", alias ? "jev-latest" : m->cm->name,
+                              "description", desc);
+        if (date[0])
+            json_object_set_new(e, "release_date", json_string(date));
+        if (alias)
+            json_object_set_new(e, "alias_of", json_string(m->cm->name));
+        json_array_append_new(models, e);
+    }
+}
+
 static json_t *models_json(const struct api *a) {
     json_t *data = json_array(), *models = json_array();
     for (size_t i = 0; i < a->p.n_models; i++) {
-        const struct api_model *m = &a->p.models[i];
-        bool decision = m->decision_type[0] != '\0';
-        json_t *aliases = json_array();
-        for (size_t k = 0; k < m->cm->n_aliases; k++)
-            json_array_append_new(aliases, json_string(m->cm->aliases[k]));
-        json_t *d = json_pack("{sssssIsssosss{s[s]s[s]}s{sssIss}}", "id", m->cm->name, "object",
-                              "model", "created", (json_int_t)0, "owned_by", "tandem", "aliases",
-                              aliases, "decision_type", m->decision_type, "architecture",
-                              "input_modalities", "text", "output_modalities",
-                              decision ? "decisions" : "text", "meta", "arch", m->arch, "n_ctx",
-                              (json_int_t)m->n_ctx, "header_sha256", m->sha256);
-        json_object_set_new(json_object_get(d, "meta"), "sha256",
-                            m->file_sha256[0] ? json_string(m->file_sha256) : json_null());
-        json_object_set_new(d, "status", json_string(model_status(a, m)));
-        json_object_set_new(d, "state", json_string(model_state(a, m)));
-        if (m->remote_index != SIZE_MAX && !remote_model_up(a->p.remote, m->remote_index))
-            json_object_set_new(d, "down_because", json_string(remote_model_down_cause(
-                                                       a->p.remote, m->remote_index)));
-        json_array_append_new(data, d);
-        char desc[300];
-        snprintf(desc, sizeof desc, "%s (%s%s%s), served by tandem", m->cm->name, m->arch,
-                 decision ? ", decision type " : ", generative", m->decision_type);
-        json_array_append_new(models, json_pack("{ssssss}", "name", m->cm->name, "description",
-                                                desc, "release_date", RELEASE_DATE_UNKNOWN));
-        if (i == a->p.default_model)
-            json_array_append_new(models, json_pack("{ssssssss}", "name", "jev-latest",
-                                                    "description", desc, "release_date",
-                                                    RELEASE_DATE_UNKNOWN, "alias_of", m->cm->name));
+        json_array_append_new(data, openai_model_json(a, &a->p.models[i]));
+        append_typesafe_models(a, i, models);
     }
     return json_pack("{sssoso}", "object", "list", "data", data, "models", models);
 }

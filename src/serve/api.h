@@ -43,6 +43,9 @@ struct api_model {
     uint32_t n_ctx;                /* context the engine runs with */
     const char *sha256;            /* of the header bytes; "" when unknown */
     const char *file_sha256;       /* of the whole file; "" when not computed */
+    int64_t created;               /* Unix seconds: the modification time of the file
+                                    * behind the model (the GGUF; the config for a remote
+                                    * model); 0 = unknown (/v1/models then omits it) */
 };
 
 struct api_params {
@@ -102,6 +105,15 @@ void api_handle(struct http_req *r, void *api);
  * (metrics, the stderr lines): the daemon calls it every second, so lines
  * land soon after the disk recovers even when no request comes. */
 void api_audit_retry(struct api *a);
+
+/* Parses the read timeout the OpenAI Python SDK announces in its
+ * x-stainless-read-timeout header: decimal seconds as Python's str(float)
+ * writes them ("600", "30.0", "0.25", "1e-05"), more than 0 and at most
+ * 86400. On TANDEM_OK *ms (output) gets them in milliseconds, rounded to the
+ * nearest and at least 1; otherwise *ms is left alone and the result is
+ * TANDEM_ERR_FORMAT (NULL, empty, a leading sign or space, hex, inf, nan, any other
+ * text) or TANDEM_ERR_RANGE (0 or more than a day). value is borrowed. */
+tandem_err api_parse_sdk_timeout(const char *value, int64_t *ms);
 
 /* Calls answered or still in flight. */
 uint32_t api_calls_in_flight(const struct api *a);

@@ -493,6 +493,15 @@ static bool k_m_threads(struct walk *w, struct fy_node *v, const char *p, void *
 static bool k_m_parallel(struct walk *w, struct fy_node *v, const char *p, void *t) {
     return get_u32(w, v, p, 1, &MODEL(t)->settings.parallel);
 }
+static bool k_m_determinism(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    char s[16];
+    if (!scalar(w, v, p, s, sizeof s))
+        return false;
+    if (strcmp(s, "strict") && strcmp(s, "relaxed"))
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected strict or relaxed, got \"%s\"", s);
+    MODEL(t)->relaxed = !strcmp(s, "relaxed");
+    return true;
+}
 static bool cache_type(struct walk *w, struct fy_node *v, const char *p, uint32_t *out) {
     char s[32];
     if (!scalar(w, v, p, s, sizeof s))
@@ -609,7 +618,8 @@ static bool k_m_health(struct walk *w, struct fy_node *v, const char *p, void *t
 /* Keys that configure a local engine, refused beside upstream:. */
 static const char *const LOCAL_ONLY_KEYS[] = {
     "ctx", "ngl", "parallel", "cache_type_k", "cache_type_v", "flash_attn", "batch", "ubatch",
-    "keep_alive", "pin", "priority", "load_timeout", "extra_args", "device", "threads", NULL};
+    "keep_alive", "pin", "priority", "load_timeout", "extra_args", "device", "threads",
+    "determinism", NULL};
 static const char *const REMOTE_ONLY_KEYS[] = {"dialect", "api_key_env", "timeout", "health",
                                                NULL};
 
@@ -651,7 +661,7 @@ static const char *const OWNED_FLAGS[] = {
     "-fa", "--flash-attn", "-b", "--batch-size", "-ub", "--ubatch-size", "-fit", "--fit",
     "-lv", "--log-verbosity", "--embeddings", "--embedding", "--pooling", "--reranking",
     "--alias", "-a", "--api-key", "--kv-unified", "-kvu", "-t", "--threads", "-tb",
-    "--threads-batch", "-dev", "--device", NULL};
+    "--threads-batch", "-dev", "--device", "-cram", "--cache-ram", "--slot-save-path", NULL};
 static bool k_m_extra(struct walk *w, struct fy_node *v, const char *p, void *t) {
     if (!get_list(w, v, p, &MODEL(t)->extra_args, &MODEL(t)->n_extra_args))
         return false;
@@ -661,6 +671,24 @@ static bool k_m_extra(struct walk *w, struct fy_node *v, const char *p, void *t)
                 return fail(w, TANDEM_ERR_FORMAT, v, p,
                             "%s is set by tandem from the plan; use the model's own key", *f);
     return true;
+}
+
+/* strict (the default) runs one slot: more would answer the same request
+ * with other bytes under concurrent load. relaxed runs CONFIG_RELAXED_SLOTS
+ * unless parallel says otherwise. */
+static bool check_determinism(struct walk *w, struct fy_node *mv, const char *sub,
+                              struct config_model *m) {
+    struct fy_node *n = fy_node_mapping_lookup_by_string(mv, "parallel", -1);
+    if (m->relaxed && !n)
+        m->settings.parallel = CONFIG_RELAXED_SLOTS;
+    if (m->relaxed || m->settings.parallel == 1)
+        return true;
+    char at[300];
+    snprintf(at, sizeof at, "%s.parallel", sub);
+    return fail(w, TANDEM_ERR_FORMAT, n, at,
+                "%u slots need determinism: relaxed (with more than one slot, the same request "
+                "gets other bytes under concurrent load; docs/serve.md, Determinism)",
+                m->settings.parallel);
 }
 
 static const struct key MODEL_KEYS[] = {
@@ -673,6 +701,7 @@ static const struct key MODEL_KEYS[] = {
     {"priority", k_m_priority},   {"load_timeout", k_m_load_timeout},
     {"extra_args", k_m_extra},    {"device", k_m_device},
     {"threads", k_m_threads},     {"upstream", k_m_upstream},
+    {"determinism", k_m_determinism},
     {"dialect", k_m_dialect},     {"api_key_env", k_m_api_key_env},
     {"timeout", k_m_timeout},     {"health", k_m_health},
     {NULL, NULL}};
@@ -702,7 +731,7 @@ static bool k_models(struct walk *w, struct fy_node *v, const char *p, void *t) 
             return fail(w, TANDEM_ERR_NOMEM, k, sub, "out of memory");
         if (!mv || !walk_section(w, mv, sub, MODEL_KEYS, m))
             return mv ? false : fail(w, TANDEM_ERR_FORMAT, k, sub, "has no settings");
-        if (!check_model_kind(w, k, mv, sub, m))
+        if (!check_model_kind(w, k, mv, sub, m) || !check_determinism(w, mv, sub, m))
             return false;
         if (m->device == PLACE_WANT_CPU && m->settings.ngl != PLAN_NGL_AUTO) {
             char at[300];

@@ -38,6 +38,9 @@ struct config_upstream {
                                     * for none */
 };
 
+/* The slots of a model with determinism: relaxed and no parallel key. */
+#define CONFIG_RELAXED_SLOTS 4
+
 struct config_model {
     char *name;                    /* the key under models: */
     char *path;                    /* expanded, absolute; NULL for a remote model */
@@ -54,6 +57,8 @@ struct config_model {
                                     * default 300000 (5 min). YAML: "5m", "30s", "1h",
                                     * "forever", or milliseconds as an integer */
     bool pin;                      /* preloaded at start, never evicted */
+    bool relaxed;                  /* determinism: relaxed (several slots; answers may move
+                                    * under concurrent load), else strict (one slot) */
     int32_t priority;              /* higher wins when models compete; default 0 */
     char **extra_args;             /* appended to the llama-server argv, verbatim */
     size_t n_extra_args;

@@ -554,6 +554,7 @@ static tandem_err run_stage(struct pipeline_run *r, const char *name, size_t mod
                             "questions", questions);
     mem_free(r->body);
     r->body = req ? json_dumps(req, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    uint64_t prompt = s1_prompt_key(req);
     json_decref(req);
     if (!r->body)
         return TANDEM_ERR_NOMEM;
@@ -566,8 +567,8 @@ static tandem_err run_stage(struct pipeline_run *r, const char *name, size_t mod
         return r->rcall ? TANDEM_OK : TANDEM_ERR_NOMEM;
     }
     uint32_t position;
-    return sched_submit(r->env.sched, pm->sched_index, r->deadline, &job_ops, r, &r->job,
-                        &position);
+    return sched_submit(r->env.sched, pm->sched_index, r->deadline, prompt, &job_ops, r,
+                        &r->job, &position);
 }
 
 /* The scheduler's refusal e of a stage on model: its status, with the

@@ -283,3 +283,18 @@ json_t *s1_error_body(int status, const char *type, const char *message, const c
 unsigned s1_max_options(const char *decision_type) {
     return !strcmp(decision_type, "openjev") ? S1_OPENJEV_MAX_CHOICE_OPTIONS : S1_MAX_CHOICE_OPTIONS;
 }
+
+uint64_t s1_prompt_key(const json_t *body) {
+    static const char *const members[] = {"state", "messages", "prompt", "input"};
+    const json_t *v = NULL;
+    for (size_t i = 0; !v && json_is_object(body) && i < sizeof members / sizeof *members; i++)
+        v = json_object_get(body, members[i]);
+    char *text = v ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
+    if (!text)
+        return 0;
+    uint64_t h = 14695981039346656037ull; /* FNV-1a, 64 bits */
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    mem_free(text);
+    return h ? h : 1;
+}

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/err.h"
 
@@ -74,5 +75,14 @@ const char *s1_error_type(int status);
  * Returns a new object (caller owns: json_decref()), or NULL when out of
  * memory. Callers may add members to the "error" object afterwards. */
 json_t *s1_error_body(int status, const char *type, const char *message, const char *param);
+
+/* A key of what an engine's answer to a request body depends on, for the
+ * scheduler's repeat check (sched_submit): a 64-bit FNV-1a hash of the
+ * compact, key-sorted JSON of the body's "state" (System One), else its
+ * "messages", "prompt" or "input" (the OpenAI routes), the first present.
+ * Equal values give equal keys; distinct values almost always differ (a
+ * collision only costs a needless slot erase). Returns 0 when body is not
+ * an object, holds none of those members, or memory runs out. */
+uint64_t s1_prompt_key(const json_t *body);
 
 #endif

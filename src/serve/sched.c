@@ -36,8 +36,10 @@
  * (FAILED_BACKOFF_FIRST_MS to FAILED_BACKOFF_MAX_MS) is over. */
 #include "serve/sched.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/stat.h>
@@ -68,6 +70,7 @@
 #define QUEUE_EVENT_MS 100     /* queue events, at most 10 a second */
 #define MEMORY_EVENT_MS 2000   /* memory samples while someone subscribes */
 #define PROGRESS_STEP 0.05     /* loading events as the weights' fraction moves this much */
+#define RECENT_ANSWERS 16      /* answer times kept per model, for the deadline message */
 
 enum job_phase { JOB_WAITING, JOB_RUNNING, JOB_FAILING };
 
@@ -86,6 +89,8 @@ struct sched_job {
     uint32_t failures;   /* engine failures it lived through (2 = no more resends) */
     long tokens;         /* prompt tokens the engine reported; <= 0 = unknown */
     size_t next;         /* the model the owner goes to next, or NO_MODEL */
+    uint64_t prompt;     /* what its answer depends on (sched_submit); 0 = unknown */
+    struct http_upstream *erase; /* the slot erase that precedes its start, in flight */
 };
 TAILQ_HEAD(job_list, sched_job);
 
@@ -105,6 +110,7 @@ struct smodel {
     enum sched_state state;
     struct engine_child *child;
     char log_path[4200];
+    char slot_dir[4200];     /* the engine's --slot-save-path (it only erases there) */
     struct event *exit_ev;
     struct event *timer;     /* loading: health poll; stopping: SIGKILL; resident: keep-alive */
     struct event *load_ev;   /* loading: the load timeout */
@@ -131,6 +137,10 @@ struct smodel {
     struct engine_progress *progress; /* the load's, while it has a child */
     struct engine_progress_sample load; /* its last sample */
     bool crashed_last;         /* its last engine crashed: the next load is a restart */
+    uint64_t last_prompt;      /* the prompt key of the last job started on this engine */
+    int64_t recent_ms[RECENT_ANSWERS]; /* submission to answer of its last answers, a ring */
+    uint32_t n_recent;         /* answers recorded there in all */
+    bool erase_warned;         /* an erase failed once: said on stderr */
 };
 
 struct sched {
@@ -371,6 +381,7 @@ static void flush_cost(struct smodel *m) {
 
 /* One answered job of m: its running time per prompt token. */
 static void note_answer(struct smodel *m, const struct sched_job *j, int64_t now) {
+    m->recent_ms[m->n_recent++ % RECENT_ANSWERS] = now - j->submitted;
     double ms = (double)(now - j->started);
     if (m->first_pending)
         m->first_ms = (int64_t)ms;
@@ -396,9 +407,16 @@ static void prefetch(struct smodel *m) {
 
 /* --- jobs ----------------------------------------------------------------------------------- */
 
+static void cancel_erase(struct sched_job *j) {
+    if (j->erase)
+        http_upstream_cancel(j->erase);
+    j->erase = NULL;
+}
+
 static void job_free(struct sched_job *j) {
     struct sched *s = j->s;
     struct smodel *m = j->m;
+    cancel_erase(j);
     if (j->phase == JOB_WAITING) {
         TAILQ_REMOVE(&s->waiting, j, link);
         s->n_waiting--;
@@ -441,6 +459,30 @@ void sched_job_timing(const struct sched_job *j, struct sched_timing *t) {
 
 size_t sched_job_model(const struct sched_job *j) { return j->m->index; }
 
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* What m's recent answers took, from submission, for a deadline message:
+ * into buf[len], which it returns. */
+static const char *recent_answers(const struct smodel *m, char *buf, size_t len) {
+    uint32_t n = m->n_recent < RECENT_ANSWERS ? m->n_recent : RECENT_ANSWERS;
+    if (!n) {
+        snprintf(buf, len, "no request to this model has been answered yet");
+        return buf;
+    }
+    int64_t ms[RECENT_ANSWERS];
+    memcpy(ms, m->recent_ms, n * sizeof *ms);
+    qsort(ms, n, sizeof *ms, cmp_i64);
+    if (n == 1)
+        snprintf(buf, len, "its last answer took %lld ms", (long long)ms[0]);
+    else
+        snprintf(buf, len, "its last %u answers took %lld ms at the median (%lld to %lld ms)",
+                 n, (long long)ms[n / 2], (long long)ms[0], (long long)ms[n - 1]);
+    return buf;
+}
+
 static void on_deadline(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     struct sched_job *j = arg;
@@ -461,15 +503,57 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg) {
     sched_job_timing(j, &t);
     const char *where = j->phase == JOB_RUNNING ? "running"
                         : t.loading_ms > t.queued_ms ? "loading" : "queued";
-    char msg[400];
+    char msg[600], recent[200];
     snprintf(msg, sizeof msg,
-             "deadline exceeded while %s (model %s): queued %lld ms, loading %lld ms, "
-             "running %lld ms",
-             where, j->m->name, (long long)t.queued_ms, (long long)t.loading_ms,
-             (long long)t.running_ms);
+             "deadline exceeded while %s (model %s): the request ran %lld ms (queued %lld ms, "
+             "loading %lld ms, running %lld ms); %s",
+             where, j->m->name, (long long)(host_now_ms() - j->submitted),
+             (long long)t.queued_ms, (long long)t.loading_ms, (long long)t.running_ms,
+             recent_answers(j->m, recent, sizeof recent));
     struct sched *s = j->s;
     job_fail(j, 504, "deadline_exceeded", msg);
     kick(s);
+}
+
+/* Whether j's answer could come from its engine's prompt cache rather than
+ * from a full evaluation: its prompt key equals the last one started on this
+ * single-slot engine. The engine would then find the whole prompt cached and
+ * evaluate its last token alone, which gives different bytes than the first
+ * answer (docs/serve.md, Determinism). Notes j's key as the last one. */
+static bool repeats_last_prompt(struct sched_job *j) {
+    struct smodel *m = j->m;
+    if (!j->prompt)
+        return false; /* an unknown prompt leaves the slot's key as it was: conservative */
+    bool repeat = j->prompt == m->last_prompt && m->settings.parallel == 1;
+    m->last_prompt = j->prompt;
+    return repeat;
+}
+
+static void erase_done(void *user, int status, struct evbuffer *body, const char *error) {
+    (void)body;
+    struct sched_job *j = user;
+    struct smodel *m = j->m;
+    j->erase = NULL;
+    if (status != 200 && !m->erase_warned) {
+        m->erase_warned = true;
+        fprintf(stderr, "tandem: %s: the engine refused to erase its slot (%s %d); an exact "
+                "repeat may differ from its first answer\n", m->name, error ? error : "status",
+                status);
+    }
+    j->ops->start(j, engine_child_port(m->child), j->user);
+}
+
+static const struct http_upstream_ops erase_ops = {.done = erase_done};
+
+/* Empties the engine's slot, then starts j: its prompt is evaluated whole, as
+ * the first time. The job holds the slot meanwhile. */
+static void erase_then_start(struct sched_job *j) {
+    struct smodel *m = j->m;
+    j->erase = http_upstream_start(j->s->http, engine_child_port(m->child), EVHTTP_REQ_POST,
+                                   "/slots/0?action=erase", "application/json", "{}", 2, NULL,
+                                   NULL, &erase_ops, j);
+    if (!j->erase)
+        erase_done(j, 0, NULL, "no connection");
 }
 
 static void job_start(struct sched_job *j) {
@@ -492,7 +576,10 @@ static void job_start(struct sched_job *j) {
             break;
         }
     publish_state(m);
-    j->ops->start(j, engine_child_port(m->child), j->user);
+    if (repeats_last_prompt(j))
+        erase_then_start(j);
+    else
+        j->ops->start(j, engine_child_port(m->child), j->user);
 }
 
 /* Whether m cannot be ready before deadline_ms: it holds no ready engine
@@ -507,7 +594,7 @@ static bool loads_past(const struct smodel *m, int64_t deadline_ms) {
     return now + expect > deadline_ms;
 }
 
-tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms,
+tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms, uint64_t prompt,
                         const struct sched_job_ops *ops, void *user, struct sched_job **job,
                         uint32_t *position) {
     *job = NULL;
@@ -528,7 +615,7 @@ tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms,
     struct smodel *m = s->models[index];
     *j = (struct sched_job){.s = s, .m = m, .ops = ops, .user = user, .phase = JOB_WAITING,
                             .submitted = host_now_ms(), .deadline = deadline_ms,
-                            .next = NO_MODEL};
+                            .next = NO_MODEL, .prompt = prompt};
     j->timer = event_new(s->base, -1, 0, on_deadline, j);
     if (!j->timer) {
         mem_free(j);
@@ -682,6 +769,7 @@ static void resend(struct sched_job *j, const char *reason) {
     struct smodel *m = j->m;
     TAILQ_REMOVE(&m->running, j, link);
     m->n_running--;
+    cancel_erase(j);
     j->phase = JOB_WAITING;
     TAILQ_INSERT_HEAD(&s->waiting, j, link);
     s->n_waiting++;
@@ -933,8 +1021,11 @@ static void spawn(struct smodel *m) {
     char err[768] = "";
     uint16_t port = engine_child_free_port();
     char **argv = NULL;
+    /* the engine needs a directory for its slot actions, erase included; it
+     * writes there only when asked to save a slot, which tandem never does */
+    bool slot_dir = mkdir(m->slot_dir, 0700) == 0 || errno == EEXIST;
     tandem_err e = port ? engine_child_argv(m->s->engine, m->path, m->name, &m->settings, port,
-                                            m->extra, &argv)
+                                            slot_dir ? m->slot_dir : NULL, m->extra, &argv)
                         : TANDEM_ERR_IO;
     char visible[48];
     char *env[] = {visible, NULL};
@@ -964,6 +1055,7 @@ static void spawn(struct smodel *m) {
     m->progress = engine_progress_new(engine_child_pid(m->child), m->log_path, m->file_bytes);
     m->load = (struct engine_progress_sample){ENGINE_PHASE_SPAWN, -1, 0};
     m->prefetched = false;
+    m->last_prompt = 0; /* a new engine's slot is empty */
     m->load_started = host_now_ms();
     m->last_error[0] = '\0';
     set_state(m, SCHED_LOADING);
@@ -1286,6 +1378,7 @@ tandem_err sched_add_model(struct sched *s, const struct sched_model_spec *spec,
     m->retry_ev = event_new(s->base, -1, 0, on_retry, m);
     m->crash_at = mem_calloc(s->p.max_restarts, sizeof *m->crash_at);
     snprintf(m->log_path, sizeof m->log_path, "%s/%s.log", s->log_dir, spec->name);
+    snprintf(m->slot_dir, sizeof m->slot_dir, "%s/%s.slots", s->log_dir, spec->name);
     struct stat st;
     m->file_bytes = stat(spec->path, &st) == 0 ? (uint64_t)st.st_size : 0;
     if (!m->name || !m->path || !m->extra || !m->timer || !m->load_ev || !m->retry_ev ||
@@ -1438,6 +1531,8 @@ static json_t *model_json(const struct smodel *m, int64_t now) {
     json_object_set_new(j, "pid", m->child ? json_integer(engine_child_pid(m->child)) : json_null());
     json_object_set_new(j, "port", m->child ? json_integer(engine_child_port(m->child)) : json_null());
     json_object_set_new(j, "slots", json_integer(m->settings.parallel));
+    json_object_set_new(j, "determinism",
+                        json_string(m->settings.parallel == 1 ? "strict" : "relaxed"));
     json_object_set_new(j, "running", json_integer(m->n_running));
     json_object_set_new(j, "queued", json_integer(m->n_waiting));
     json_object_set_new(j, "pinned", json_boolean(m->pin));

@@ -130,8 +130,15 @@ void sched_preload(struct sched *s);
  * after the deadline (the caller answers 504 at once), TANDEM_ERR_RANGE for a
  * bad index, TANDEM_ERR_UNSUPPORTED while shutting down, TANDEM_ERR_ENGINE
  * while the model is failed and backing off (sched_model_failure says why),
- * TANDEM_ERR_NOMEM. */
-tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms,
+ * TANDEM_ERR_NOMEM.
+ *
+ * prompt is a key of what the engine's answer depends on (a hash of the
+ * request's state, or of its messages; 0 = unknown). When it equals the
+ * key of the job last started on the same single-slot engine, the scheduler
+ * erases the engine's slot before ops->start, so that an exact repeat is
+ * evaluated whole and gets the first answer's bytes (docs/serve.md,
+ * Determinism). */
+tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms, uint64_t prompt,
                         const struct sched_job_ops *ops, void *user, struct sched_job **job,
                         uint32_t *position);
 

@@ -6,6 +6,7 @@ Gemma-3 to about 305 MiB at ctx 2048, so 2 GiB holds both and 400 MiB only
 one at a time."""
 import json
 import os
+import re
 import signal
 import socket
 import threading
@@ -204,7 +205,12 @@ def test_deadline_while_other_model_busy_gives_504_on_time(serve_factory):
     error_shape(body, 504)
     assert body["error"]["timing"]["queued_ms"] >= 500
     assert 0.6 <= took < 2.0
-    assert "queued" in body["error"]["message"]
+    msg = body["error"]["message"]
+    assert "while queued" in msg, msg
+    # how long it ran, and what this model's answers take, to choose a deadline by
+    ran = int(re.search(r"the request ran (\d+) ms", msg).group(1))
+    assert 600 <= ran < 2000, msg
+    assert re.search(r"its last answer took \d+ ms", msg), msg
     assert st_b == 504 and "must load first" in body_b["error"]["message"], body_b
     assert took_b < 0.3
 
