@@ -71,6 +71,7 @@
 #define MEMORY_EVENT_MS 2000   /* memory samples while someone subscribes */
 #define PROGRESS_STEP 0.05     /* loading events as the weights' fraction moves this much */
 #define RECENT_ANSWERS 16      /* answer times kept per model, for the deadline message */
+#define ERASE_POLL_MS 10       /* how often a busy slot is checked again before an erase */
 
 enum job_phase { JOB_WAITING, JOB_RUNNING, JOB_FAILING };
 
@@ -90,7 +91,8 @@ struct sched_job {
     long tokens;         /* prompt tokens the engine reported; <= 0 = unknown */
     size_t next;         /* the model the owner goes to next, or NO_MODEL */
     uint64_t prompt;     /* what its answer depends on (sched_submit); 0 = unknown */
-    struct http_upstream *erase; /* the slot erase that precedes its start, in flight */
+    struct http_upstream *erase; /* the slot check or erase that precedes its start */
+    struct event *erase_wait;    /* the next slot check, while the engine is still busy */
 };
 TAILQ_HEAD(job_list, sched_job);
 
@@ -411,6 +413,9 @@ static void cancel_erase(struct sched_job *j) {
     if (j->erase)
         http_upstream_cancel(j->erase);
     j->erase = NULL;
+    if (j->erase_wait)
+        event_free(j->erase_wait);
+    j->erase_wait = NULL;
 }
 
 static void job_free(struct sched_job *j) {
@@ -529,6 +534,7 @@ static bool repeats_last_prompt(struct sched_job *j) {
     return repeat;
 }
 
+/* The erase is over (status 200), or could not be done: j starts. */
 static void erase_done(void *user, int status, struct evbuffer *body, const char *error) {
     (void)body;
     struct sched_job *j = user;
@@ -536,7 +542,7 @@ static void erase_done(void *user, int status, struct evbuffer *body, const char
     j->erase = NULL;
     if (status != 200 && !m->erase_warned) {
         m->erase_warned = true;
-        fprintf(stderr, "tandem: %s: the engine refused to erase its slot (%s %d); an exact "
+        fprintf(stderr, "tandem: %s: the engine's slot could not be erased (%s %d); an exact "
                 "repeat may differ from its first answer\n", m->name, error ? error : "status",
                 status);
     }
@@ -544,14 +550,58 @@ static void erase_done(void *user, int status, struct evbuffer *body, const char
 }
 
 static const struct http_upstream_ops erase_ops = {.done = erase_done};
+static void check_slot(struct sched_job *j);
+
+/* Whether GET /slots says that slot 0 is working (on a request whose client
+ * went away: the engine finishes or cancels it on its own). */
+static bool slot_busy(struct evbuffer *body) {
+    size_t len = body ? evbuffer_get_length(body) : 0;
+    json_t *slots = len ? json_loadb((const char *)evbuffer_pullup(body, -1), len, 0, NULL) : NULL;
+    bool busy = json_is_true(json_object_get(json_array_get(slots, 0), "is_processing"));
+    json_decref(slots);
+    return busy;
+}
+
+static void on_erase_wait(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    check_slot(arg);
+}
+
+/* The slot's state is known: erase it once it is idle. The engine defers an
+ * erase while the slot works, and a deferred erase can be stranded (a
+ * released slot takes one deferred task, and the tasks of a cancelled
+ * request leave that queue unannounced), holding up every later request;
+ * so the erase is sent only to an idle slot. */
+static void slot_checked(void *user, int status, struct evbuffer *body, const char *error) {
+    struct sched_job *j = user;
+    struct smodel *m = j->m;
+    j->erase = NULL;
+    if (status != 200) {
+        erase_done(j, status, NULL, error);
+    } else if (slot_busy(body)) {
+        if (!j->erase_wait)
+            j->erase_wait = event_new(j->s->base, -1, 0, on_erase_wait, j);
+        if (j->erase_wait)
+            timer_in(j->erase_wait, ERASE_POLL_MS);
+        else
+            erase_done(j, 0, NULL, "out of memory");
+    } else {
+        j->erase = http_upstream_start(j->s->http, engine_child_port(m->child), EVHTTP_REQ_POST,
+                                       "/slots/0?action=erase", "application/json", "{}", 2,
+                                       NULL, NULL, &erase_ops, j);
+        if (!j->erase)
+            erase_done(j, 0, NULL, "no connection");
+    }
+}
+
+static const struct http_upstream_ops check_ops = {.done = slot_checked};
 
 /* Empties the engine's slot, then starts j: its prompt is evaluated whole, as
- * the first time. The job holds the slot meanwhile. */
-static void erase_then_start(struct sched_job *j) {
-    struct smodel *m = j->m;
-    j->erase = http_upstream_start(j->s->http, engine_child_port(m->child), EVHTTP_REQ_POST,
-                                   "/slots/0?action=erase", "application/json", "{}", 2, NULL,
-                                   NULL, &erase_ops, j);
+ * the first time. The job holds the slot meanwhile. First GET /slots, then
+ * (slot_checked) the erase. */
+static void check_slot(struct sched_job *j) {
+    j->erase = http_upstream_start(j->s->http, engine_child_port(j->m->child), EVHTTP_REQ_GET,
+                                   "/slots", NULL, NULL, 0, NULL, NULL, &check_ops, j);
     if (!j->erase)
         erase_done(j, 0, NULL, "no connection");
 }
@@ -577,7 +627,7 @@ static void job_start(struct sched_job *j) {
         }
     publish_state(m);
     if (repeats_last_prompt(j))
-        erase_then_start(j);
+        check_slot(j);
     else
         j->ops->start(j, engine_child_port(m->child), j->user);
 }

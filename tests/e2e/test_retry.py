@@ -183,7 +183,12 @@ def test_a_pipeline_stage_is_resent(serve_factory):
     pid = s.model(B)["pid"]
     os.kill(pid, signal.SIGSTOP)  # the verify stage waits on it
     answer = in_background(post, s.url + "/v1/pipelines/ops", REQUEST, {"x-request-id": "pipe-kill"})
-    time.sleep(0.5)
+    # the kill comes once the verify stage holds B (the decide stage is a repeat, evaluated
+    # whole: its time varies with the machine's load)
+    deadline = time.time() + 60
+    while s.model(B)["running"] != 1 and time.time() < deadline:
+        time.sleep(0.05)
+    assert s.model(B)["running"] == 1
     os.kill(pid, signal.SIGKILL)
     status, body = answer()
     assert status == 200, body
