@@ -32,7 +32,7 @@ PYTEST   := $(VENV)/bin/python -m pytest
 # $(call pkg,NAME,DEBIAN-PACKAGE,--cflags|--libs)
 pkg = $(if $(shell pkg-config --exists $(1) && echo yes),$(shell pkg-config $(3) $(1)),$(error $(1) not found by pkg-config: install the Debian package $(2) (or run `make deps`)))
 
-.PHONY: all test unit e2e layers asan fuzz fuzz-merge fuzz-replay fixtures deps venv run bench bench-plan soak clean help \
+.PHONY: all test unit e2e layers asan fuzz fuzz-merge fuzz-replay fixtures deps venv run bench bench-plan soak clean help mcp-transcript \
         install uninstall
 .DEFAULT_GOAL := all
 
@@ -45,13 +45,15 @@ help:
 	@echo "make layers     check that no include in src/ goes up a layer (docs/architecture.md, Layers)"
 	@echo "make run        install, build, run the decide-then-verify demo (examples/demo.yaml)"
 	@echo "make asan       unit tests, fuzz corpora, then the end-to-end suite, under AddressSanitizer + UBSan"
-	@echo "make fuzz       fuzz the GGUF reader, config loader, System One checks, templates and HTTP router"
-	@echo "                under ASan + UBSan, FUZZ_SECONDS (default 60) each (FUZZ_TARGETS picks some)"
+	@echo "make fuzz       fuzz the GGUF reader, config loader, System One checks, templates, HTTP router"
+	@echo "                and MCP messages under ASan + UBSan, FUZZ_SECONDS (default 60) each"
+	@echo "                (FUZZ_TARGETS picks some)"
 	@echo "make fuzz-merge minimise the campaigns' corpora into tests/fuzz/corpus/<target>/"
 	@echo "make fuzz-replay replay tests/fuzz/corpus/ through every target without libFuzzer (part of make test)"
 	@echo "make deps       system packages, pinned engine (CUDA=1 for a CUDA build), test models, venv"
 	@echo "make fixtures   build the decision-model fixtures into ~/.cache/tandem/fixtures"
 	@echo "make bench      benchmarks; tables land in docs/"
+	@echo "make mcp-transcript  record a real MCP session with tandem mcp into docs/mcp.md"
 	@echo "make soak       the chaos soak: load, seeded faults, invariants, for SOAK_S seconds (default 300);"
 	@echo "                its table lands in docs/reliability.md"
 	@echo "make bench-plan the planner against the engine's own buffers (docs/planner-accuracy.md)"
@@ -121,7 +123,8 @@ $(eval $(call flavour,$(BUILD)/fuzz,$(FUZZ_FLAGS),clang))
 # --- fuzzing: libFuzzer + ASan + UBSan --------------------------------------------
 # One target per parser or boundary, tests/fuzz/fuzz_<name>.c: gguf (the GGUF
 # reader), config (tandem.yaml), s1 (the System One request checks), tmpl (the
-# template language), http (raw requests through the router, no socket).
+# template language), http (raw requests through the router, no socket), mcp
+# (MCP messages, tool results and the catalog, serve/mcp.c).
 # `make fuzz` runs each of FUZZ_TARGETS for FUZZ_SECONDS on its working corpus
 # build/fuzz/corpus/<name>/, starting from the checked-in corpus
 # tests/fuzz/corpus/<name>/ and the seeds tests/fuzz/make_seeds.py writes;
@@ -130,7 +133,7 @@ $(eval $(call flavour,$(BUILD)/fuzz,$(FUZZ_FLAGS),clang))
 # `make test` (fuzz-replay) and `make asan` replay without clang: the target
 # linked with the plain main() of tests/fuzz/replay.c.
 FUZZ_SECONDS ?= 60
-FUZZ_NAMES   := gguf config s1 tmpl http
+FUZZ_NAMES   := gguf config s1 tmpl http mcp
 FUZZ_TARGETS ?= $(FUZZ_NAMES)
 FUZZ_LIB_OBJ = $(filter-out $(BUILD)/fuzz/obj/cli/%,$(SRC:src/%.c=$(BUILD)/fuzz/obj/%.o))
 # Longest input per target: a GGUF header with its first tensors; a request
@@ -315,6 +318,11 @@ run: deps all
 	  rc=$$?; echo "make run: tandem decide exited $$rc (0 accepted, 3 rejected, 4 escalated)"; \
 	  test $$rc -eq 0 -o $$rc -eq 3 -o $$rc -eq 4
 
+# docs/mcp.md's "A real session": `tandem mcp` on examples/demo.yaml, as an agent drives it.
+mcp-transcript: all
+	@$(MAKE) --no-print-directory fixtures
+	@$(PYTHON) scripts/mcp-transcript.py
+
 bench: deps all bench-plan
 	$(VENV)/bin/python bench/engine_start.py --out docs/bench-engine-start.md
 	$(VENV)/bin/python bench/inspect_large.py --tandem $(BUILD)/tandem --out docs/bench-inspect-large.md
@@ -325,6 +333,7 @@ bench: deps all bench-plan
 	$(VENV)/bin/python bench/scaleout_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
 	$(VENV)/bin/python bench/load_progress.py --out docs/benchmarks.md
 	$(VENV)/bin/python bench/determinism_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
+	$(VENV)/bin/python bench/mcp_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
 
 # The chaos soak (tests/soak/soak.py): real clients on two rotating fixtures and
 # a pipeline while engines are killed and stopped, configs reloaded, clients

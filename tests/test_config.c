@@ -99,6 +99,9 @@ Test(config, defaults_are_filled) {
     cr_expect_eq(c->max_event_clients, 16);
     cr_expect(c->node_id[0] && !strchr(c->node_id, ' '));
     cr_expect(!c->metrics_vllm && !c->metrics_require_key);
+    cr_expect(!c->mcp_http); /* POST /mcp is off unless asked for */
+    cr_expect_null(c->mcp_origins);
+    cr_expect_eq(c->n_mcp_origins, 0);
     config_free(c);
 }
 
@@ -226,6 +229,93 @@ Test(config, values_expansions_and_aliases) {
     config_free(c);
 }
 
+/* Loading text fails with exactly want (the malformed files cover the rest). */
+static void expect_load_error(const char *text, const char *want) {
+    struct config *c = (struct config *)1;
+    char err[1024] = "";
+    cr_expect_eq(config_load_buffer(DIR_ "/inline.yaml", text, strlen(text), &c, err, sizeof err),
+                 TANDEM_ERR_FORMAT, "%s", text);
+    cr_expect_null(c);
+    cr_expect_str_eq(err, want);
+}
+
+/* A pipeline p (verified by b) whose description: line is the argument. */
+#define PIPELINE_WITH(description_line)                                                      \
+    "models:\n  a: {path: model.gguf}\n  b: {path: model.gguf}\n"                            \
+    "pipelines:\n  p:\n" description_line                                                     \
+    "    decide: {model: a, instructions: pick}\n"                                           \
+    "    verify: [{model: b, questions: {q: {type: noul, instructions: ok?}}}]\n"
+
+Test(config, pipeline_description_is_kept) {
+    struct config *c = load_text(PIPELINE_WITH("    description: >-\n"
+                                               "      Picks the runbook for an alert;\n"
+                                               "      caf\u00e9 \"ok\"\n")
+                                 "  bare:\n"
+                                 "    decide: {model: a}\n"
+                                 "    verify: [{model: b, questions: {q: {type: noul, "
+                                 "instructions: ok?}}}]\n");
+    cr_assert_eq(c->n_pipelines, 2);
+    cr_expect_str_eq(config_find_pipeline(c, "p")->description,
+                     "Picks the runbook for an alert; caf\u00e9 \"ok\"");
+    cr_expect_null(config_find_pipeline(c, "bare")->description);
+    config_free(c);
+}
+
+Test(config, pipeline_description_is_checked) {
+    char line[CONFIG_DESCRIPTION_MAX + 64], text[4096];
+    /* exactly the limit loads; one byte more does not */
+    snprintf(line, sizeof line, "    description: %0*d\n", CONFIG_DESCRIPTION_MAX, 7);
+    snprintf(text, sizeof text, PIPELINE_WITH("%s"), line);
+    struct config *c = load_text(text);
+    cr_expect_eq(strlen(c->pipelines[0].description), CONFIG_DESCRIPTION_MAX);
+    config_free(c);
+    snprintf(line, sizeof line, "    description: %0*d\n", CONFIG_DESCRIPTION_MAX + 1, 7);
+    snprintf(text, sizeof text, PIPELINE_WITH("%s"), line);
+    expect_load_error(text, DIR_ "/inline.yaml:6: pipelines.p.description: at most 1024 bytes, "
+                            "got 1025");
+    expect_load_error(PIPELINE_WITH("    description: \"a\\0b\"\n"),
+                      DIR_ "/inline.yaml:6: pipelines.p.description: expected UTF-8 text without "
+                           "NUL bytes");
+    expect_load_error(PIPELINE_WITH("    description: \"  \\t \"\n"),
+                      DIR_ "/inline.yaml:6: pipelines.p.description: must not be empty");
+    expect_load_error(PIPELINE_WITH("    descripton: x\n"),
+                      DIR_ "/inline.yaml:6: pipelines.p.descripton: unknown key (did you mean "
+                           "description?)");
+}
+
+Test(config, mcp_section) {
+    struct config *c = load_text("mcp:\n"
+                                 "  http: true\n"
+                                 "  allowed_origins:\n"
+                                 "    - https://App.Example\n"
+                                 "    - http://localhost:3000\n"
+                                 "    - 'http://[::1]:5173'\n"
+                                 "models:\n  kev: {path: model.gguf}\n");
+    cr_expect(c->mcp_http);
+    cr_assert_eq(c->n_mcp_origins, 3);
+    cr_expect_str_eq(c->mcp_origins[0], "https://app.example"); /* as browsers send it */
+    cr_expect_str_eq(c->mcp_origins[1], "http://localhost:3000");
+    cr_expect_str_eq(c->mcp_origins[2], "http://[::1]:5173");
+    config_free(c);
+    c = load_text("mcp: {http: off, allowed_origins: []}\nmodels:\n  kev: {path: model.gguf}\n");
+    cr_expect(!c->mcp_http);
+    cr_expect_eq(c->n_mcp_origins, 0);
+    config_free(c);
+    expect_load_error("mcp: {allowed_origins: https://app.example}\n"
+                      "models:\n  kev: {path: model.gguf}\n",
+                      DIR_ "/inline.yaml:1: mcp.allowed_origins: expected a list");
+    expect_load_error("mcp: {allowed_origins: ['https://app.example/']}\n"
+                      "models:\n  kev: {path: model.gguf}\n",
+                      DIR_ "/inline.yaml:1: mcp.allowed_origins[0]: \"https://app.example/\": an "
+                           "origin is http(s)://host[:port], with nothing after the host or port");
+    expect_load_error("mcp: {allowed_origins: ['http://x:99999']}\n"
+                      "models:\n  kev: {path: model.gguf}\n",
+                      DIR_ "/inline.yaml:1: mcp.allowed_origins[0]: \"http://x:99999\": bad port "
+                           "99999");
+    expect_load_error("mpc: {http: true}\nmodels:\n  kev: {path: model.gguf}\n",
+                      DIR_ "/inline.yaml:1: mpc: unknown key (did you mean mcp?)");
+}
+
 Test(config, audit_path_longer_than_off) {
     struct config *c = load_text("logs: {audit: /var/log/tandem/soak/audit.jsonl}\n"
                                  "models:\n  kev: {path: model.gguf}\n");
@@ -272,6 +362,22 @@ Test(config, out_of_memory_is_reported_not_crashed) {
         cr_expect(e == TANDEM_OK || e == TANDEM_ERR_NOMEM, "n=%ld e=%d", n, e);
         config_free(c);
     }
+}
+
+Test(config, out_of_memory_in_mcp_and_descriptions) {
+    static const char text[] = PIPELINE_WITH("    description: picks\n")
+        "mcp: {http: true, allowed_origins: [https://a.example, http://b.example:8080]}\n";
+    int ok = 0;
+    for (long n = 0; n < 400 && !ok; n++) {
+        struct config *c = NULL;
+        mem_fail_after(n);
+        tandem_err e = config_load_buffer(DIR_ "/x.yaml", text, sizeof text - 1, &c, NULL, 0);
+        mem_fail_after(-1);
+        cr_expect(e == TANDEM_OK || e == TANDEM_ERR_NOMEM, "n=%ld e=%d", n, e);
+        ok = e == TANDEM_OK;
+        config_free(c);
+    }
+    cr_expect(ok, "never loaded");
 }
 
 Test(config, unreadable_file_is_io) {

@@ -31,3 +31,18 @@ Test(host, reads_this_machine) {
     cr_expect_gt(m.total_bytes, 0);
     cr_expect_leq(m.available_bytes, m.total_bytes);
 }
+
+Test(host, wall_after_ms_is_a_normalized_time_that_far_ahead) {
+    for (int64_t ms = 0; ms <= 2500; ms += 250) {
+        struct timespec before, after;
+        clock_gettime(CLOCK_REALTIME, &before);
+        struct timespec t = host_wall_after_ms(ms);
+        clock_gettime(CLOCK_REALTIME, &after);
+        cr_assert(t.tv_nsec >= 0 && t.tv_nsec < 1000000000L, "ms %lld", (long long)ms);
+        int64_t at = (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+        int64_t lo = (int64_t)before.tv_sec * 1000 + before.tv_nsec / 1000000 + ms;
+        int64_t hi = (int64_t)after.tv_sec * 1000 + after.tv_nsec / 1000000 + ms;
+        cr_assert(at >= lo - 1 && at <= hi + 1, "ms %lld: %lld not in [%lld, %lld]",
+                  (long long)ms, (long long)at, (long long)lo, (long long)hi);
+    }
+}

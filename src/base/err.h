@@ -25,7 +25,8 @@
     X(ENGINE, "engine is unusable")                                  \
     X(TYPE, "wrong type")                                            \
     X(HTTP, "HTTP request failed")                                   \
-    X(REFUSED, "connection refused")
+    X(REFUSED, "connection refused")                                 \
+    X(CANCELLED, "cancelled")
 
 typedef enum {
 #define TANDEM_ERR_ENUM(name, msg) TANDEM_ERR_##name,

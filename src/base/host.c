@@ -75,6 +75,18 @@ int64_t host_now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+struct timespec host_wall_after_ms(int64_t ms) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_sec += (time_t)(ms / 1000);
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
 tandem_err host_proc_field(long pid, const char *file, const char *field, uint64_t *out) {
     char path[64], line[256];
     snprintf(path, sizeof path, "/proc/%ld/%s", pid, file);

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "base/err.h"
 
@@ -30,6 +31,10 @@ tandem_err host_proc_field(long pid, const char *file, const char *field, uint64
 /* Milliseconds on the monotonic clock (CLOCK_MONOTONIC): for deadlines and
  * durations, never for wall time. */
 int64_t host_now_ms(void);
+
+/* The wall-clock time (CLOCK_REALTIME) ms milliseconds from now, as
+ * pthread_cond_timedwait takes its deadline. */
+struct timespec host_wall_after_ms(int64_t ms);
 
 /* Writes data[0..len) to path through a temporary file beside it and a
  * rename, so that path holds the old bytes or the new ones, never a part.

@@ -4,37 +4,24 @@
  * there. When nothing listens, decide starts a private `tandem serve` on the
  * same config, on a free loopback port, as its own child: the daemon's code
  * runs the pipeline (one implementation, one behaviour), starts only the
- * engines the pipeline needs, and stops them when decide stops it. The
- * private daemon reports readiness and its URL over the sd_notify protocol
- * (a datagram socket in $NOTIFY_SOCKET: "READY=1", "STATUS=serving on URL"),
- * which is what it would tell systemd; it dies with decide (PDEATHSIG).
+ * engines the pipeline needs, and stops them when decide stops it
+ * (cli/private_daemon).
  *
  * Exit codes: 0 accepted, 3 rejected, 4 escalated, 1 any failure (the
  * message is on stderr), 2 usage or configuration error. */
 #include "cli/cmd_decide.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
-#include <limits.h>
-#include <poll.h>
-#include <signal.h>
-#include <stddef.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/random.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
 #include "cli/load_progress.h"
+#include "cli/private_daemon.h"
 #include "serve/config.h"
-#include "base/host.h"
 #include "eval/s1client.h"
 
 #define EXIT_ACCEPTED 0
@@ -42,8 +29,6 @@
 #define EXIT_USAGE 2
 #define EXIT_REJECTED 3
 #define EXIT_ESCALATED 4
-#define READY_TIMEOUT_MS 120000
-#define STOP_TIMEOUT_MS 60000
 
 struct decide_opts {
     const char *config, *pipeline, *request_file, *state, *instructions, *llama_server;
@@ -138,148 +123,6 @@ static tandem_err post(const struct decide_opts *o, const struct config *cfg, co
     free(body);
     s1client_free(c);
     return e;
-}
-
-/* --- a private daemon ------------------------------------------------------------------------ */
-
-struct private_daemon {
-    pid_t pid;
-    int sock;
-    char log[64]; /* its stderr, unless --verbose */
-    char url[300];
-};
-
-/* A datagram socket in the abstract namespace for the child's sd_notify. */
-static int notify_socket(char *name, size_t cap) {
-    unsigned rnd = 0;
-    (void)!getrandom(&rnd, sizeof rnd, 0);
-    snprintf(name, cap, "@tandem-decide-%ld-%08x", (long)getpid(), rnd);
-    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    size_t n = strlen(name);
-    memcpy(a.sun_path, name, n);
-    a.sun_path[0] = '\0';
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n))) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-/* The child: dies with us, logs to log_fd, tells us on NOTIFY_SOCKET. */
-static void exec_serve(const struct decide_opts *o, const char *self, const char *notify,
-                       int log_fd) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (log_fd >= 0)
-        dup2(log_fd, STDERR_FILENO);
-    int null = open("/dev/null", O_RDWR);
-    dup2(null, STDIN_FILENO);
-    dup2(null, STDOUT_FILENO);
-    setenv("NOTIFY_SOCKET", notify, 1);
-    char *argv[12];
-    int n = 0;
-    argv[n++] = (char *)self;
-    if (o->llama_server) {
-        argv[n++] = "--llama-server";
-        argv[n++] = (char *)o->llama_server;
-    }
-    argv[n++] = "serve";
-    argv[n++] = "--config";
-    argv[n++] = (char *)o->config;
-    argv[n++] = "--listen";
-    argv[n++] = "127.0.0.1:0";
-    argv[n++] = "--drain-delay"; /* nothing but this process routes to a private daemon */
-    argv[n++] = "0";
-    argv[n] = NULL;
-    execv(self, argv);
-    _exit(127);
-}
-
-static void show_log_tail(const struct private_daemon *d) {
-    FILE *f = d->log[0] ? fopen(d->log, "r") : NULL;
-    if (!f)
-        return;
-    char line[1024];
-    fprintf(stderr, "tandem decide: the private daemon's log (%s):\n", d->log);
-    while (fgets(line, sizeof line, f))
-        fprintf(stderr, "  %s", line);
-    fclose(f);
-}
-
-/* Waits for READY=1 and the URL in STATUS=. Returns false after a message. */
-static bool wait_ready(struct private_daemon *d) {
-    int64_t deadline = host_now_ms() + READY_TIMEOUT_MS;
-    while (host_now_ms() < deadline) {
-        int status;
-        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
-            fprintf(stderr, "tandem decide: the private daemon exited (status %d) before it "
-                            "was ready\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-            d->pid = 0;
-            return false;
-        }
-        struct pollfd p = {.fd = d->sock, .events = POLLIN};
-        if (poll(&p, 1, 100) <= 0)
-            continue;
-        char msg[1024];
-        ssize_t n = recv(d->sock, msg, sizeof msg - 1, 0);
-        if (n <= 0)
-            continue;
-        msg[n] = '\0';
-        const char *url = strstr(msg, "STATUS=serving on ");
-        if (strstr(msg, "READY=1") && url) {
-            snprintf(d->url, sizeof d->url, "%.*s", (int)strcspn(url + 18, "\n"), url + 18);
-            return true;
-        }
-    }
-    fprintf(stderr, "tandem decide: the private daemon was not ready after %d s\n",
-            READY_TIMEOUT_MS / 1000);
-    return false;
-}
-
-static bool start_private(const struct decide_opts *o, struct private_daemon *d) {
-    char self[PATH_MAX], notify[96];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0 || (d->sock = notify_socket(notify, sizeof notify)) < 0) {
-        fprintf(stderr, "tandem decide: cannot start a private daemon: %s\n", strerror(errno));
-        return false;
-    }
-    self[n] = '\0';
-    int log_fd = -1;
-    if (!o->verbose) {
-        snprintf(d->log, sizeof d->log, "/tmp/tandem-decide-XXXXXX");
-        log_fd = mkstemp(d->log);
-    }
-    fflush(NULL);
-    d->pid = fork();
-    if (d->pid == 0)
-        exec_serve(o, self, notify, log_fd);
-    if (log_fd >= 0)
-        close(log_fd);
-    if (d->pid < 0) {
-        fprintf(stderr, "tandem decide: fork: %s\n", strerror(errno));
-        return false;
-    }
-    return wait_ready(d);
-}
-
-/* SIGTERM: the daemon drains, stops its engines and exits. */
-static void stop_private(struct private_daemon *d, bool show_log) {
-    if (d->pid > 0) {
-        kill(d->pid, SIGTERM);
-        int64_t deadline = host_now_ms() + STOP_TIMEOUT_MS;
-        while (waitpid(d->pid, NULL, WNOHANG) == 0 && host_now_ms() < deadline)
-            usleep(20000);
-        if (kill(d->pid, 0) == 0) {
-            kill(d->pid, SIGKILL);
-            waitpid(d->pid, NULL, 0);
-        }
-    }
-    if (show_log)
-        show_log_tail(d);
-    if (d->log[0])
-        unlink(d->log);
-    if (d->sock >= 0)
-        close(d->sock);
 }
 
 /* --- the answer ---------------------------------------------------------------------------- */
@@ -417,13 +260,13 @@ static int run(const struct decide_opts *o, const struct config *cfg, const json
     if (url[0] && !o->private_only)
         e = post(o, cfg, url, req, &status, &answer, err, sizeof err);
     if (e == TANDEM_ERR_REFUSED) {
-        struct private_daemon d = {.sock = -1};
-        bool ok = start_private(o, &d);
-        if (ok)
-            e = post(o, cfg, d.url, req, &status, &answer, err, sizeof err);
-        stop_private(&d, !ok || e != TANDEM_OK || status >= 500);
-        if (!ok)
+        struct private_daemon_params p = {.command = "tandem decide", .config = o->config,
+                                          .llama_server = o->llama_server, .verbose = o->verbose};
+        struct private_daemon *d = private_daemon_start(&p);
+        if (!d)
             return EXIT_FAILED;
+        e = post(o, cfg, private_daemon_url(d), req, &status, &answer, err, sizeof err);
+        private_daemon_stop(d, e != TANDEM_OK || status >= 500);
     } else if (e == TANDEM_OK) {
         fprintf(stderr, "tandem decide: answered by the daemon at %s\n", url);
     }

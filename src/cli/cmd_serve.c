@@ -56,6 +56,7 @@
 #include "version.h"
 
 #define READY_POLL_MS 50
+#define EXIT_FLUSH_MS 100 /* after the drain, for the last bytes of ended streams */
 
 struct serve {
     struct config *cfg;
@@ -376,7 +377,7 @@ static struct api_params api_params(struct serve *sv) {
                                .engines = sched_engine_client(sv->sched), .remote = sv->remote,
                                .metrics = sv->metrics, .audit = sv->audit,
                                .nvml = sv->nvml, .pipelines = sv->pipelines,
-                               .events = sv->events};
+                               .events = sv->events, .base = sv->base};
 }
 
 static struct http_server_params server_params(const struct config *cfg) {
@@ -390,7 +391,10 @@ static struct http_server_params server_params(const struct config *cfg) {
 static void on_drained(void *user) {
     struct serve *sv = user;
     fprintf(stderr, "tandem serve: every engine has stopped; exiting\n");
-    event_base_loopexit(sv->base, NULL);
+    /* a little later: the streams ended just now (events, MCP subscriptions)
+     * still have their last bytes to write */
+    struct timeval flush = {0, EXIT_FLUSH_MS * 1000};
+    event_base_loopexit(sv->base, &flush);
 }
 
 static void on_grace(evutil_socket_t fd, short what, void *arg) {
@@ -544,6 +548,7 @@ static void on_hup(evutil_socket_t sig, short what, void *arg) {
     } else {
         fprintf(stderr, "tandem serve: SIGHUP: reloaded %s (API keys, limits, default model, "
                         "logs.bodies, logs.audit_on_error, pipelines)\n", sv->config_path);
+        events_publish(sv->events, "reload", json_pack("{ss}", "config", sv->config_path));
     }
     notify("READY=1");
 }

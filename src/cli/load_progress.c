@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/host.h"
 #include "base/mem.h"
 #include "eval/s1client.h"
 
@@ -75,11 +76,7 @@ static void *watch(void *arg) {
         pthread_mutex_unlock(&w->lock);
         poll_once(w, &shown);
         pthread_mutex_lock(&w->lock);
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += POLL_MS * 1000000L;
-        until.tv_sec += until.tv_nsec / 1000000000L;
-        until.tv_nsec %= 1000000000L;
+        struct timespec until = host_wall_after_ms(POLL_MS);
         while (!w->stop && pthread_cond_timedwait(&w->wake, &w->lock, &until) != ETIMEDOUT) {
         }
     }

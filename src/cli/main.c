@@ -15,6 +15,7 @@
 #include "cli/cmd_footprint.h"
 #include "cli/cmd_gguf.h"
 #include "cli/cmd_inspect.h"
+#include "cli/cmd_mcp.h"
 #include "cli/cmd_plan.h"
 #include "cli/cmd_ps.h"
 #include "cli/cmd_quantize.h"
@@ -36,6 +37,7 @@ static const struct command commands[] = {
     {"plan", "plan memory per device and decide which models fit together", cmd_plan_main},
     {"serve", "the daemon: serve a tandem.yaml's models with residency and scheduling", cmd_serve_main},
     {"decide", "run one decide-then-verify pipeline request (daemon or one-shot)", cmd_decide_main},
+    {"mcp", "serve tandem's pipelines and models as MCP tools on stdio, for agents", cmd_mcp_main},
     {"ps", "show a running daemon's models, memory and queue", cmd_ps_main},
     {"load", "ask a running daemon to load a model", cmd_load_main},
     {"unload", "ask a running daemon to unload a model", cmd_unload_main},

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/host.h"
 #include "base/mem.h"
 #include "eval/s1client.h"
 
@@ -354,13 +355,7 @@ tandem_err eval_run_new(const struct evalset *set, const struct eval_params *par
         /* wait for the workers, reporting progress; fewer threads than asked is fine */
         pthread_mutex_lock(&sh.lock);
         while (sh.done < sh.total) {
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_nsec += PROGRESS_MS * 1000000L;
-            if (until.tv_nsec >= 1000000000L) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000L;
-            }
+            struct timespec until = host_wall_after_ms(PROGRESS_MS);
             pthread_cond_timedwait(&sh.cond, &sh.lock, &until);
             size_t done = sh.done;
             pthread_mutex_unlock(&sh.lock);

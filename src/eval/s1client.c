@@ -5,7 +5,9 @@
  * (S1CLIENT_MAX_RESPONSE); a larger body aborts the transfer. curl_global_init
  * is not thread-safe, so it runs once under pthread_once before the first
  * handle. Signals are off (CURLOPT_NOSIGNAL) because clients run in worker
- * threads. */
+ * threads. A caller's cancel check rides on libcurl's progress callback, and
+ * a stream (s1client_get_lines) goes to its consumer line by line through
+ * the same bounded buffer. */
 #include "eval/s1client.h"
 
 #include <curl/curl.h>
@@ -26,6 +28,11 @@ struct s1client {
     struct mem_buf body;
     char curl_err[CURL_ERROR_SIZE];
     long timeout_ms;
+    bool (*cancelled)(void *user);
+    void *cancel_user;
+    bool was_cancelled;
+    s1client_line_fn on_line; /* s1client_get_lines: the stream's consumer */
+    void *line_user;
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -44,6 +51,15 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *user) {
     if (mem_buf_append(&c->body, ptr, n) != TANDEM_OK)
         return 0; /* makes curl fail the transfer with CURLE_WRITE_ERROR */
     return n;
+}
+
+/* libcurl's progress callback: a non-zero return abandons the exchange. */
+static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow) {
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    struct s1client *c = user;
+    c->was_cancelled = c->cancelled(c->cancel_user);
+    return c->was_cancelled;
 }
 
 /* "<base><path>" from an endpoint with or without the path. */
@@ -124,6 +140,12 @@ tandem_err s1client_new(const struct s1client_params *params, struct s1client **
     curl_easy_setopt(c->curl, CURLOPT_USERAGENT, "tandem-eval");
     /* a decision request is never redirected; following one would resend the body */
     curl_easy_setopt(c->curl, CURLOPT_FOLLOWLOCATION, 0L);
+    if ((c->cancelled = params->cancelled)) {
+        c->cancel_user = params->cancel_user;
+        curl_easy_setopt(c->curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(c->curl, CURLOPT_XFERINFODATA, c);
+        curl_easy_setopt(c->curl, CURLOPT_NOPROGRESS, 0L);
+    }
     *out = c;
     return TANDEM_OK;
 fail:
@@ -165,7 +187,12 @@ static tandem_err perform(struct s1client *c, long *status, json_t **response, c
     if (c->body.data)
         c->body.data[0] = '\0';
     c->curl_err[0] = '\0';
+    c->was_cancelled = false;
     CURLcode rc = curl_easy_perform(c->curl);
+    if (rc == CURLE_ABORTED_BY_CALLBACK && c->was_cancelled) {
+        tandem_errmsg(err, errlen, "cancelled");
+        return TANDEM_ERR_CANCELLED;
+    }
     if (rc != CURLE_OK) {
         const char *why = c->curl_err[0] ? c->curl_err : curl_easy_strerror(rc);
         if (rc == CURLE_OPERATION_TIMEDOUT) {
@@ -202,4 +229,56 @@ tandem_err s1client_get(struct s1client *c, long *status, json_t **response, cha
                         size_t errlen) {
     curl_easy_setopt(c->curl, CURLOPT_HTTPGET, 1L);
     return perform(c, status, response, err, errlen);
+}
+
+long s1client_retry_after(const struct s1client *c) {
+    curl_off_t s = -1;
+    if (curl_easy_getinfo(c->curl, CURLINFO_RETRY_AFTER, &s) != CURLE_OK || s <= 0)
+        return -1;
+    return (long)s;
+}
+
+/* A stream's bytes: each complete line goes to the consumer, the rest waits. */
+static size_t on_stream_data(char *ptr, size_t size, size_t nmemb, void *user) {
+    struct s1client *c = user;
+    size_t n = size * nmemb;
+    if (mem_buf_append(&c->body, ptr, n) != TANDEM_OK)
+        return 0; /* a line longer than S1CLIENT_MAX_RESPONSE */
+    size_t start = 0;
+    for (size_t i = 0; i < c->body.len; i++) {
+        if (c->body.data[i] != '\n')
+            continue;
+        size_t len = i - start;
+        if (len && c->body.data[start + len - 1] == '\r')
+            len--;
+        if (!c->on_line(c->line_user, c->body.data + start, len))
+            return 0;
+        start = i + 1;
+    }
+    memmove(c->body.data, c->body.data + start, c->body.len - start);
+    c->body.len -= start;
+    return n;
+}
+
+tandem_err s1client_get_lines(struct s1client *c, s1client_line_fn on_line, void *user,
+                              long *status, char *err, size_t errlen) {
+    c->on_line = on_line;
+    c->line_user = user;
+    c->body.len = 0;
+    c->curl_err[0] = '\0';
+    c->was_cancelled = false;
+    curl_easy_setopt(c->curl, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_stream_data);
+    curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, 0L);
+    CURLcode rc = curl_easy_perform(c->curl);
+    curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+    *status = 0;
+    curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, status);
+    if (rc == CURLE_OK || rc == CURLE_WRITE_ERROR) /* ended by the server, or by on_line */
+        return TANDEM_OK;
+    if (rc == CURLE_ABORTED_BY_CALLBACK && c->was_cancelled)
+        return TANDEM_ERR_CANCELLED;
+    tandem_errmsg(err, errlen, "%s", c->curl_err[0] ? c->curl_err : curl_easy_strerror(rc));
+    return rc == CURLE_COULDNT_CONNECT ? TANDEM_ERR_REFUSED : TANDEM_ERR_HTTP;
 }

@@ -10,6 +10,7 @@
 #define TANDEM_S1CLIENT_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "base/err.h"
@@ -27,6 +28,10 @@ struct s1client_params {
     const char *path;     /* the route to POST to; NULL = "/v1/systemone"; copied */
     const char *const *headers; /* more "Name: value" request headers, NULL-terminated;
                                  * NULL = none; copied */
+    bool (*cancelled)(void *user); /* asked at least once a second during an exchange
+                                    * (libcurl's progress callback): true abandons it
+                                    * (TANDEM_ERR_CANCELLED); NULL = never */
+    void *cancel_user;
 };
 
 /* Returns the defaults: no endpoint, no key, 60 s timeout. */
@@ -52,6 +57,7 @@ const char *s1client_url(const struct s1client *c);
  * parsed body (caller owns: json_decref()), or NULL when the body is not JSON,
  * in which case err[errlen] (optional) quotes the start of the body. Returns
  * TANDEM_ERR_TIMEOUT, TANDEM_ERR_TOOBIG (response over S1CLIENT_MAX_RESPONSE),
+ * TANDEM_ERR_CANCELLED (params.cancelled said so),
  * TANDEM_ERR_REFUSED (nothing listens at the endpoint) or TANDEM_ERR_HTTP
  * (another connection failure) with err[errlen] (optional) saying why;
  * *response is NULL then. */
@@ -62,5 +68,22 @@ tandem_err s1client_post(struct s1client *c, const char *body, size_t len, long 
  * as s1client_post. A later s1client_post sets the method back to POST. */
 tandem_err s1client_get(struct s1client *c, long *status, json_t **response, char *err,
                         size_t errlen);
+
+/* Receives one line of a stream (without its line break; borrowed for the
+ * call). Returns false to end the stream. */
+typedef bool (*s1client_line_fn)(void *user, const char *line, size_t len);
+
+/* GETs the client's path as a stream (server-sent events): on_line gets each
+ * line until the server ends the answer, on_line returns false, or
+ * params.cancelled says so; no timeout applies. Returns TANDEM_OK (*status
+ * the HTTP status: check it before trusting the lines),
+ * TANDEM_ERR_CANCELLED, or TANDEM_ERR_REFUSED / TANDEM_ERR_HTTP with
+ * err[errlen] saying why. */
+tandem_err s1client_get_lines(struct s1client *c, s1client_line_fn on_line, void *user,
+                              long *status, char *err, size_t errlen);
+
+/* The last answer's Retry-After in seconds (the delay form), -1 when it had
+ * none or no exchange completed. */
+long s1client_retry_after(const struct s1client *c);
 
 #endif

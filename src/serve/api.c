@@ -42,12 +42,12 @@
 
 enum route { R_SYSTEMONE, R_CHAT, R_COMPLETIONS, R_EMBEDDINGS, R_PIPELINE, R_MODELS, R_HEALTH,
              R_LIVEZ, R_STATUS, R_METRICS, R_ADMIN, R_PIPELINES, R_OPENAPI, R_EVENTS, R_UI,
-             R_OTHER };
+             R_MCP, R_OTHER };
 
 static const char *const route_names[] = {"systemone", "chat", "completions", "embeddings",
                                           "pipeline", "models", "health", "livez", "status",
                                           "metrics", "admin", "pipelines", "openapi", "events",
-                                          "ui", "other"};
+                                          "ui", "mcp", "other"};
 
 /* The node gauges (docs/scale-out.md): one unlabeled series each, and their
  * vLLM-named twins with metrics.compat: vllm. */
@@ -66,6 +66,7 @@ struct api {
     struct prom_metric *m_rejections, *m_model_waiting, *m_model_running;
     struct prom_metric *m_audit_errors, *m_audit_dropped;
     struct node_gauges g;
+    struct mcp_http *mcp;          /* POST /mcp, made at its first request */
     struct audit_stats audit_seen; /* the counts last published, and whether it failed */
     int64_t audit_logged_at;       /* the last stderr line about a failing audit log */
     bool audit_said_failing;       /* that line was printed; no "recovered" since */
@@ -1305,6 +1306,48 @@ static void handle_events(struct call *c) {
     finish(c, 200, NULL);
 }
 
+static json_t *status_for_mcp(void *user) {
+    struct api *a = user;
+    return sched_status_json(a->p.sched);
+}
+
+/* The catalog the MCP's tools come from (caller owns both); subscribers of
+ * POST /mcp hear of a change. */
+static void mcp_catalog(struct api *a, json_t **pipelines, json_t **models) {
+    *pipelines = pipeline_set_list_json(a->p.pipelines);
+    *models = models_json(a);
+    mcp_http_set_catalog(a->mcp, *pipelines, *models);
+}
+
+/* POST /mcp: handed to the MCP's HTTP transport, which answers it. */
+static void handle_mcp(struct call *c) {
+    struct api *a = c->api;
+    if (!a->p.cfg->mcp_http) {
+        fail_call(c, 404, NULL, "POST /mcp is off: set mcp.http: true in the config (docs/mcp.md)",
+                  NULL, NULL);
+        return;
+    }
+    if (!a->mcp) {
+        struct mcp_http_env env = {.base = a->p.base, .handler = api_handle, .handler_user = a,
+                                   .status = status_for_mcp, .status_user = a};
+        if (!(a->mcp = mcp_http_new(&env))) {
+            fail_call(c, 500, NULL, "out of memory", NULL, NULL);
+            return;
+        }
+    }
+    if (!read_body(c))
+        return;
+    json_t *pipelines, *models;
+    mcp_catalog(a, &pipelines, &models);
+    add_common_headers(c);
+    c->answered = true; /* by the transport */
+    int status = mcp_http_serve(a->mcp, c->r, c->body, c->body_len, pipelines, models,
+                                a->p.cfg->mcp_origins, a->p.cfg->n_mcp_origins);
+    json_decref(pipelines);
+    json_decref(models);
+    finish(c, status, NULL);
+}
+
 /* The browser fetches nothing but this node, and runs no inline script. */
 #define UI_CSP                                                                                    \
     "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "               \
@@ -1392,6 +1435,7 @@ static void handle_local(struct call *c) {
     case R_ADMIN: handle_admin(c); return;
     case R_EVENTS: handle_events(c); return;
     case R_UI: handle_ui(c); return;
+    case R_MCP: handle_mcp(c); return;
     case R_OPENAPI:
         add_common_headers(c);
         http_req_reply(c->r, 200, "application/yaml", openapi_yaml, sizeof openapi_yaml);
@@ -1427,7 +1471,8 @@ static const struct route_def {
     {{"/openapi.yaml", "GET HEAD"}, R_OPENAPI},
     {{"/v1/events", "GET"}, R_EVENTS},
     {{"/ui", "GET HEAD"}, R_UI},
-    {{"/ui/{name}", "GET HEAD"}, R_UI}};
+    {{"/ui/{name}", "GET HEAD"}, R_UI},
+    {{"/mcp", "POST"}, R_MCP}};
 
 size_t api_routes(struct api_route *out, size_t cap) {
     size_t n = sizeof routes / sizeof *routes;
@@ -1644,6 +1689,7 @@ struct api *api_new(const struct api_params *p) {
 void api_free(struct api *a) {
     if (!a)
         return;
+    mcp_http_free(a->mcp); /* its tools' calls are api calls: they end below */
     while (a->calls) {
         struct call *c = a->calls;
         if (c->up)
@@ -1666,8 +1712,18 @@ void api_free(struct api *a) {
 
 void api_set_params(struct api *a, const struct api_params *p) {
     a->p = *p; /* the metrics stay registered: the registry is the same */
+    if (a->mcp) { /* MCP subscribers hear of a changed tool list */
+        json_t *pipelines, *models;
+        mcp_catalog(a, &pipelines, &models);
+        json_decref(pipelines);
+        json_decref(models);
+    }
 }
 
-void api_set_phase(struct api *a, enum api_phase phase) { a->phase = phase; }
+void api_set_phase(struct api *a, enum api_phase phase) {
+    a->phase = phase;
+    if (phase == API_STOPPING) /* MCP subscriptions would hold their connections open */
+        mcp_http_end_listeners(a->mcp);
+}
 
 uint32_t api_calls_in_flight(const struct api *a) { return a->in_flight; }

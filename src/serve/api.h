@@ -8,6 +8,7 @@
  *   GET  /health, /livez, /v1/status, /metrics
  *   POST /admin/models/{name}/load, /admin/models/{name}/unload
  *   GET  /openapi.yaml                    this API's contract (docs/openapi.yaml, built in)
+ *   POST /mcp                             the MCP for agents (serve/mcp_http), when mcp.http
  *
  * Every error body has one shape (s1_error_body). The api owns no models: it
  * routes to the scheduler's indices (local models) or the remote set's
@@ -27,6 +28,7 @@
 #include "serve/events.h"
 #include "serve/config.h"
 #include "serve/http.h"
+#include "serve/mcp_http.h"
 #include "base/nvml.h"
 #include "serve/pipeline.h"
 #include "serve/prom.h"
@@ -62,6 +64,7 @@ struct api_params {
     const struct pipeline_set *pipelines; /* the config's pipelines (possibly none) */
     struct events *events;         /* GET /v1/events, and where requests and verdicts
                                     * are published; NULL = none */
+    struct event_base *base;       /* the daemon's loop (POST /mcp's progress timers) */
 };
 
 struct api; /* opaque */
@@ -81,7 +84,8 @@ enum api_phase {
     API_SERVING,   /* /health 200 while a request could be admitted now */
     API_DRAINING,  /* /health 503 with x-envoy-immediate-health-check-fail; requests
                     * are still admitted (limits.drain_delay) */
-    API_STOPPING   /* as draining, and new requests get 503 with Retry-After */
+    API_STOPPING   /* as draining, and new requests get 503 with Retry-After; the MCP's
+                    * subscriptions/listen streams end */
 };
 
 /* Moves the api to phase. */

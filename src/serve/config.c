@@ -8,6 +8,7 @@
  * applied piecemeal: on any error the partial config is freed. */
 #include "serve/config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <libfyaml.h>
 #include <limits.h>
@@ -544,6 +545,26 @@ static bool k_m_priority(struct walk *w, struct fy_node *v, const char *p, void 
 static bool k_m_load_timeout(struct walk *w, struct fy_node *v, const char *p, void *t) {
     return get_duration(w, v, p, false, &MODEL(t)->load_timeout_ms);
 }
+/* Checks the URLs get_list read from list v (urls[i] from its item i) with
+ * remote_url_check; an origin (mcp.allowed_origins) also ends at host[:port]. */
+static bool check_urls(struct walk *w, struct fy_node *v, const char *p, char *const *urls,
+                       bool origin) {
+    size_t i = 0;
+    void *it = NULL;
+    struct fy_node *item;
+    for (; (item = fy_node_sequence_iterate(v, &it)); i++) {
+        char why[MSG], sub[300];
+        snprintf(sub, sizeof sub, "%s[%zu]", p, i);
+        if (remote_url_check(urls[i], why, sizeof why) != TANDEM_OK)
+            return fail(w, TANDEM_ERR_FORMAT, item, sub, "\"%s\": %s", urls[i], why);
+        const char *auth = strstr(urls[i], "://") + 3;
+        if (origin && auth[strcspn(auth, "/")])
+            return fail(w, TANDEM_ERR_FORMAT, item, sub, "\"%s\": an origin is "
+                        "http(s)://host[:port], with nothing after the host or port", urls[i]);
+    }
+    return true;
+}
+
 /* remote model keys (docs/scale-out.md) */
 static struct config_upstream *upstream_of(struct walk *w, struct fy_node *v, const char *p,
                                            struct config_model *m) {
@@ -562,16 +583,7 @@ static bool k_m_upstream(struct walk *w, struct fy_node *v, const char *p, void 
     if (!u->n_urls || u->n_urls > REMOTE_MAX_URLS)
         return fail(w, TANDEM_ERR_FORMAT, v, p, "expected 1 to %d base URLs, got %zu",
                     REMOTE_MAX_URLS, u->n_urls);
-    int i = 0;
-    void *it = NULL;
-    struct fy_node *item;
-    while ((item = fy_node_sequence_iterate(v, &it))) {
-        char why[MSG], sub[300];
-        snprintf(sub, sizeof sub, "%s[%d]", p, i);
-        if (remote_url_check(u->urls[i++], why, sizeof why) != TANDEM_OK)
-            return fail(w, TANDEM_ERR_FORMAT, item, sub, "\"%s\": %s", u->urls[i - 1], why);
-    }
-    return true;
+    return check_urls(w, v, p, u->urls, false);
 }
 static bool k_m_dialect(struct walk *w, struct fy_node *v, const char *p, void *t) {
     struct config_upstream *u = upstream_of(w, v, p, MODEL(t));
@@ -792,6 +804,26 @@ static bool k_logs(struct walk *w, struct fy_node *v, const char *p, void *t) {
         {"dir", k_log_dir},           {"audit", k_audit},           {"bodies", k_bodies},
         {"audit_max", k_audit_max},   {"audit_keep", k_audit_keep},
         {"audit_on_error", k_audit_on_error}, {NULL, NULL}};
+    return walk_section(w, v, p, keys, t);
+}
+
+/* mcp (docs/mcp.md) */
+static bool k_mcp_http(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    return get_bool(w, v, p, &CFG(t)->mcp_http);
+}
+static bool k_mcp_origins(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    struct config *c = CFG(t);
+    if (!get_list(w, v, p, &c->mcp_origins, &c->n_mcp_origins) ||
+        !check_urls(w, v, p, c->mcp_origins, true))
+        return false;
+    for (size_t i = 0; i < c->n_mcp_origins; i++) /* scheme and host are case-insensitive */
+        for (char *s = c->mcp_origins[i]; *s; s++)
+            *s = (char)tolower((unsigned char)*s);
+    return true;
+}
+static bool k_mcp(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    static const struct key keys[] = {
+        {"http", k_mcp_http}, {"allowed_origins", k_mcp_origins}, {NULL, NULL}};
     return walk_section(w, v, p, keys, t);
 }
 
@@ -1125,8 +1157,29 @@ static bool k_p_verdict(struct walk *w, struct fy_node *v, const char *p, void *
     return walk_section(w, v, p, keys, t);
 }
 
+/* Read by agents as the MCP tool's description: text, not markup, and short. */
+static bool k_p_description(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    char d[CONFIG_DESCRIPTION_MAX + 1];
+    size_t len = 0;
+    const char *s = fy_node_is_scalar(v) ? fy_node_get_scalar(v, &len) : NULL;
+    if (s && len > CONFIG_DESCRIPTION_MAX)
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "at most %d bytes, got %zu",
+                    CONFIG_DESCRIPTION_MAX, len);
+    if (!scalar(w, v, p, d, sizeof d))
+        return false;
+    if (utf8_bad_line((const unsigned char *)s, len)) /* a "\0" or "\ud800" escape */
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "expected UTF-8 text without NUL bytes");
+    if (strspn(d, " \t\r\n") == len)
+        return fail(w, TANDEM_ERR_FORMAT, v, p, "must not be empty");
+    mem_free(PIPE(t)->description);
+    if (!(PIPE(t)->description = mem_strdup(d)))
+        return fail(w, TANDEM_ERR_NOMEM, v, p, "out of memory");
+    return true;
+}
+
 static const struct key PIPELINE_KEYS[] = {
-    {"decide", k_p_decide}, {"verify", k_p_verify}, {"verdict", k_p_verdict}, {NULL, NULL}};
+    {"description", k_p_description}, {"decide", k_p_decide}, {"verify", k_p_verify},
+    {"verdict", k_p_verdict}, {NULL, NULL}};
 
 static bool k_pipelines(struct walk *w, struct fy_node *v, const char *p, void *t) {
     struct config *c = CFG(t);
@@ -1169,7 +1222,7 @@ static const struct key ROOT_KEYS[] = {
     {"engine", k_engine},   {"defaults", k_defaults},     {"limits", k_limits},
     {"scheduling", k_scheduling}, {"shutdown", k_shutdown}, {"logs", k_logs},
     {"models", k_models},   {"pipelines", k_pipelines},   {"node", k_node},
-    {"metrics", k_metrics}, {NULL, NULL}};
+    {"metrics", k_metrics}, {"mcp", k_mcp},         {NULL, NULL}};
 
 /* --- cross-checks, defaults, entry points ----------------------------------------------------- */
 
@@ -1493,6 +1546,7 @@ static void free_stage(struct config_stage *st) {
 
 static void free_pipeline(struct config_pipeline *pl) {
     mem_free(pl->name);
+    mem_free(pl->description);
     free_stage(&pl->decide);
     for (size_t s = 0; pl->verify && s < pl->n_verify; s++)
         free_stage(&pl->verify[s]);
@@ -1549,6 +1603,7 @@ void config_free(struct config *c) {
     }
     mem_free(c->models);
     free_list(c->api_keys, c->n_api_keys);
+    free_list(c->mcp_origins, c->n_mcp_origins);
     mem_free(c->path);
     mem_free(c->default_model);
     mem_free(c->log_dir);

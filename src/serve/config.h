@@ -124,8 +124,16 @@ struct config_threshold {
     uint32_t line;
 };
 
+/* The most bytes a pipeline's description may have. */
+#define CONFIG_DESCRIPTION_MAX 1024
+
 struct config_pipeline {
     char *name;                       /* POST /v1/pipelines/<name> */
+    char *description;                /* description: what the pipeline decides, for people
+                                       * and agents (GET /v1/pipelines, the MCP tool
+                                       * decide_<name>); NULL = none. Checked: UTF-8 without
+                                       * NUL bytes, not blank, at most
+                                       * CONFIG_DESCRIPTION_MAX bytes */
     uint32_t line;
     struct config_stage decide;
     struct config_stage *verify;      /* at least one, run in order */
@@ -205,6 +213,15 @@ struct config {
                                     * thresholds and escalations here, templates by
                                     * pipeline.c */
     size_t n_pipelines;
+    /* mcp (docs/mcp.md) */
+    bool mcp_http;                 /* mcp.http: the daemon serves POST /mcp; default false */
+    char **mcp_origins;            /* mcp.allowed_origins: browser Origins allowed on /mcp
+                                    * besides loopback ones, each "http://host[:port]" or
+                                    * "https://host[:port]" (checked: nothing after the
+                                    * authority; lowercased at load, as browsers send
+                                    * them); none by default (NULL when the key is
+                                    * absent: read n_mcp_origins) */
+    size_t n_mcp_origins;          /* entries in mcp_origins */
 };
 
 /* Reads and validates path. On success *out is a new config (caller frees

@@ -320,9 +320,9 @@ json_t *pipeline_set_list_json(const struct pipeline_set *s) {
                            : pl->escalate_model  ? json_pack("{ss}", "model", pl->escalate_model)
                                                  : json_null();
         json_array_append_new(
-            list, json_pack("{sssosos{sfsssiso}}", "name", pl->name, "decide",
-                            stage_json(s, &cp->decide), "verify", verify, "verdict",
-                            "min_confidence", pl->min_confidence, "on_reject",
+            list, json_pack("{ssss*sosos{sfsssiso}}", "name", pl->name, "description",
+                            pl->description, "decide", stage_json(s, &cp->decide), "verify", verify,
+                            "verdict", "min_confidence", pl->min_confidence, "on_reject",
                             on_reject_name(pl->on_reject), "max_attempts", (int)pl->max_attempts,
                             "escalate", escalate));
     }

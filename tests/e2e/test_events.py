@@ -174,6 +174,8 @@ def test_the_subscriber_cap_and_the_key(serve_factory):
     assert d.status == 200
     # a reload to 0 turns the stream off for new subscribers; those connected stay
     reload(s, config(extra="api_keys: [k-ev]", limits="  max_event_clients: 0"))
+    # the subscribers hear of it (tandem mcp rereads the pipelines then)
+    assert d.wait(lambda e: e["event"] == "reload", timeout=10)["data"]["config"] == str(s.config)
     off = Stream(s.url, auth)
     assert off.status == 503 and "max_event_clients: 0" in off.body["error"]["message"]
     assert not b.ended and not d.ended

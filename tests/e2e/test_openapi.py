@@ -38,6 +38,8 @@ def config():
     # one thread keeps the engine's speed when other work takes a core (two threads that
     # wait for each other slow down many times over then)
     return f"""api_keys: [{KEY}]
+mcp:
+  http: true
 budget:
   ram: 1GiB
 limits:
@@ -158,4 +160,4 @@ def test_schemathesis_finds_no_contract_violation(serve_factory, tmp_path):
     assert done.returncode == 0, f"schemathesis exited {done.returncode}:\n{done.stdout[-12000:]}" \
                                  f"\n{done.stderr[-2000:]}"
     # every operation of the contract but GET /v1/events (a stream: test_events.py)
-    assert "Tested: 25" in done.stdout, done.stdout[-3000:]
+    assert "Tested: 26" in done.stdout, done.stdout[-3000:]

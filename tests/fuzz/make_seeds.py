@@ -11,6 +11,13 @@ tmpl: the texts of tests/data/tmpl/compile.jsonl.
 http: raw HTTP/1.1 requests, valid and invalid, for every route of
 tests/fuzz/fuzz_http.c's daemon (its models decider, verifier and writer,
 pipeline decide, key fuzz-key), and every s1 body as a POST /v1/systemone.
+mcp: MCP messages for tests/fuzz/fuzz_mcp.c's session (pipeline decide,
+decision models decider and verifier): the handshake at each revision,
+tools/list, tools/call of each tool (each with the route's answer as more
+members of the same message, which the target also reads as the answer),
+cancellation, the current revision's requests in their envelope
+(server/discover, subscriptions/listen), conversations of one message a line,
+and the errors (a batch, garbage, bad ids, text cut inside a character).
 The checked-in, minimised corpora are tests/fuzz/corpus/<target>/ (make
 fuzz-merge); these seeds only start a campaign.
 Usage: make_seeds.py DIR [--max-len N]
@@ -206,6 +213,168 @@ def http_seeds(out):
         (out / f"s1-case-{name}.http").write_bytes(request("POST", "/v1/systemone", body))
 
 
+def rpc(method=None, params=None, id=1, **extra):
+    """One JSON-RPC 2.0 message: a request (id), a notification (id=None)."""
+    msg = {"jsonrpc": "2.0"}
+    if id is not None:
+        msg["id"] = id
+    if method is not None:
+        msg["method"] = method
+    if params is not None:
+        msg["params"] = params
+    msg.update(extra)
+    return msg
+
+
+def tool_call(name, arguments, id=1, **answer):
+    return rpc("tools/call", {"name": name, "arguments": arguments}, id, **answer)
+
+
+def modern(method, params=None, id=1, version="2026-07-28", **extra):
+    """A request of the current revision: its envelope in params._meta."""
+    params = dict(params or {})
+    params["_meta"] = dict(params.get("_meta", {}), **{
+        "io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientCapabilities": {}})
+    return rpc(method, params, id, **extra)
+
+
+# docs/pipelines.md's answer, and the members of GET /v1/status and of a
+# System One answer (docs/serve.md), riding along in the call's message.
+PIPELINE_ANSWER = {
+    "pipeline": "decide", "request_id": "req_1", "verdict": "accepted", "choice": "stop",
+    "reason": "stop passed every threshold (attempt 1)",
+    "decide": {"model": "decider", "answers": {"choice": {
+        "type": "choice", "choice": "stop",
+        "probabilities": {"reduce": 0.3264938593177823, "stop": 0.37902133899104984,
+                          "nothing": 0.2944848016911678},
+        "confidence": 0.06853200848657477}}},
+    "attempts": [{"attempt": 1, "candidate": "stop", "passed": True, "verify": [
+        {"stage": 0, "model": "verifier", "passed": True, "questions": {
+            "consistent": {"answer": {"type": "noul", "noul": 0.9400501158817478},
+                           "threshold": ">= 0.5", "passed": True},
+            "tone": {"answer": {"type": "choice", "choice": "calm",
+                                "probabilities": {"calm": 0.8, "angry": 0.2}},
+                     "threshold": None, "passed": None},
+            "urgency": {"answer": {"type": "score", "score": 1.5},
+                        "threshold": "<= 2", "passed": False}}}]}],
+    "timing": {"total_ms": 2101, "queued_ms": 10, "loading_ms": 880, "running_ms": 1211}}
+REJECTED_ANSWER = dict(PIPELINE_ANSWER, verdict="rejected", choice=None,
+                       reason="urgency failed (attempt 1)")
+STATUS_ANSWER = {
+    "budget": {"gpu_bytes": 838860800, "host_bytes": 4294967296,
+               "devices": [{"device": "gpu:0", "budget_bytes": 838860800, "used_bytes": 614252544}]},
+    "queue": {"waiting": 1, "depth": 64},
+    "models": [{"name": "decider", "state": "loading", "device": "gpu:0", "running": 0, "queued": 1,
+                "progress": {"phase": "reading weights", "fraction": 0.4, "elapsed_ms": 90}},
+               {"name": "verifier", "state": "resident", "device": "cpu", "running": 2, "queued": 0},
+               {"name": "writer", "state": "unloaded", "running": 0, "queued": 0, "progress": None}]}
+S1_ANSWER = {"model": "decider", "answers": {
+    "route": {"type": "choice", "choice": "billing", "probabilities": {"billing": 0.9, "tech": 0.1}},
+    "angry": {"type": "noul", "noul": 0.82}, "urgency": {"type": "score", "score": 2.28}},
+    "usage": {"input_tokens": 12}}
+ROUTE_ERROR = {"error": {"message": "candidates needs at least 2 options", "param": "candidates"}}
+
+
+def mcp_seeds(out):
+    init = {"protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "fuzz", "version": "1"}}
+    seeds = {
+        "initialize-unknown-version": rpc("initialize", dict(init, protocolVersion="1999-01-01")),
+        "initialize-no-version": rpc("initialize", {"capabilities": {}}),
+        "initialized": rpc("notifications/initialized", id=None),
+        "ping": rpc("ping", id="p-1"),
+        "tools-list": rpc("tools/list", {}, id=3),
+        "server-discover": rpc("server/discover", {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
+        "unknown-method": rpc("resources/list", {}),
+        "params-array": rpc("ping", [1]),
+        "response": rpc(id=5, result={}),
+        "jsonrpc-1": dict(rpc("ping"), jsonrpc="1.0"),
+        "id-float": rpc("ping", id=1.5),
+        "id-object": rpc("ping", id={"a": 1}),
+        "cancelled": rpc("notifications/cancelled", {"requestId": 7, "reason": "user"}, id=None),
+        "cancelled-string": rpc("notifications/cancelled", {"requestId": "r-2"}, id=None),
+        "call-decide": tool_call("decide_decide", {
+            "state": "The build server is swapping.",
+            "candidates": {"reduce": "Fewer jobs.", "stop": "Stop the docs builds.", "nothing": None},
+            "instructions": "Pick one.", "max_attempts": 2, "min_confidence": 0.1,
+            "timeout_ms": 5000, "_extra": 1}, **PIPELINE_ANSWER),
+        "call-decide-progress": rpc("tools/call", {
+            "name": "decide_decide", "_meta": {"progressToken": "tok-1"},
+            "arguments": {"state": "s", "candidates": {"a": "b", "c": None}}}, **STATUS_ANSWER),
+        "call-systemone-progress": rpc("tools/call", {
+            "name": "systemone", "_meta": {"progressToken": 17},
+            "arguments": {"model": "verifier", "state": "s", "questions": {}}}, **STATUS_ANSWER),
+        "call-decide-rejected": tool_call("decide_decide", {"state": {"load": [1, 2]}}, **REJECTED_ANSWER),
+        "call-decide-400": tool_call("decide_decide", {"state": "x", "candidates": {"a": "b"}},
+                                     **ROUTE_ERROR),
+        "call-systemone": tool_call("systemone", {
+            "model": "decider", "state": "charged twice", "questions": {
+                "route": {"type": "choice", "instructions": "Pick a team.",
+                          "criteria": {"billing": "money", "tech": None}}}}, **S1_ANSWER),
+        "call-status": tool_call("status", {}, **STATUS_ANSWER),
+        "call-bad-timeout": tool_call("decide_decide", {"state": "s", "timeout_ms": "soon"}),
+        "call-zero-timeout": tool_call("systemone", {"state": "s", "timeout_ms": 0}),
+        "call-unknown-tool": tool_call("decide_nope", {}),
+        "call-arguments-array": tool_call("status", []),
+    }
+    for version in ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"):
+        seeds[f"initialize-{version}"] = rpc("initialize", dict(init, protocolVersion=version))
+    # Quoted text cut inside a character: an error message's buffer (512
+    # bytes), a body quoted to 200 bytes (the 400 answer of this very call).
+    seeds["unknown-tool-multibyte"] = tool_call("\u00e9" * 300, {})
+    seeds["unknown-method-multibyte"] = rpc("\u00e9" * 300)
+    head = json.dumps(tool_call("status", {}))[:-1] + ', "x": "'
+    seeds["call-status-cut-character"] = json.loads(
+        head + "a" * (199 - len(head.encode())) + "\u00e9" * 20 + '"}')
+    # The current revision (2026-07-28): every request in its envelope.
+    seeds.update({
+        "modern-discover": modern("server/discover"),
+        "modern-tools-list": modern("tools/list", id="l"),
+        "modern-listen": modern("subscriptions/listen", {"notifications": {"toolsListChanged": True}},
+                                id="sub-1"),
+        "modern-ping": modern("ping"),
+        "modern-old-version": modern("tools/list", version="2025-06-18"),
+        "modern-no-capabilities": rpc("tools/list", {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
+        "modern-call-decide": modern("tools/call", {
+            "name": "decide_decide", "_meta": {"progressToken": "tok-2"},
+            "arguments": {"state": "s", "candidates": {"a": "b", "c": "d"}}}, **PIPELINE_ANSWER),
+        "modern-call-status": modern("tools/call", {"name": "status"}, **STATUS_ANSWER),
+    })
+    for name, msg in seeds.items():
+        (out / f"{name}.json").write_text(json.dumps(msg, ensure_ascii=False), encoding="utf-8")
+    # Conversations, one message a line (stdio): the handshake, then tools;
+    # the current revision, then a handshake it refuses; the reverse.
+    conversations = {
+        "lines-handshake": [rpc("initialize", init, id=0), rpc("notifications/initialized", id=None),
+                            rpc("tools/list", id=1), tool_call("status", {}, id=2, **STATUS_ANSWER),
+                            rpc("notifications/cancelled", {"requestId": 2}, id=None),
+                            tool_call("decide_decide", {"state": "s"}, id=3, **PIPELINE_ANSWER)],
+        "lines-modern-then-initialize": [modern("server/discover", id=0), modern("tools/list", id=1),
+                                         modern("subscriptions/listen", id="sub"),
+                                         rpc("tools/list", id=2), rpc("initialize", init, id=3)],
+        "lines-initialize-then-modern": [rpc("initialize", dict(init, protocolVersion="2025-03-26"), id=0),
+                                         modern("tools/list", id=1), rpc("ping", id=2)],
+    }
+    for name, msgs in conversations.items():
+        text = "\n".join(json.dumps(m, ensure_ascii=False) for m in msgs) + "\n"
+        (out / f"{name}.jsonl").write_text(text, encoding="utf-8")
+    raw = {
+        "batch": b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]',
+        "garbage": b"not json at all\n",
+        "truncated": b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sta',
+        "duplicate-id": b'{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}',
+        "deep": b"[" * 5000,
+        "catalog": json.dumps({"pipelines": [{"name": "triage", "decide": {"model": "kev"},
+                                              "verify": [{"model": "judge"}]}],
+                               "data": [{"id": "kev", "decision_type": "openjev"}]}).encode(),
+    }
+    for name, data in raw.items():
+        (out / f"{name}.txt").write_bytes(data)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
@@ -213,7 +382,7 @@ def main():
     args = ap.parse_args()
     root = Path(args.dir)
     writers = {"gguf": lambda d: gguf_seeds(d, args.max_len), "config": config_seeds,
-               "s1": s1_seeds, "tmpl": tmpl_seeds, "http": http_seeds}
+               "s1": s1_seeds, "tmpl": tmpl_seeds, "http": http_seeds, "mcp": mcp_seeds}
     for target, write in writers.items():
         out = root / target
         if out.exists():

@@ -1,0 +1,70 @@
+/* mcp_http.h: POST /mcp, the MCP's streamable HTTP transport on the daemon
+ * (docs/mcp.md).
+ *
+ * Each POST carries one JSON-RPC message (serve/mcp). A request the protocol
+ * answers at once gets application/json; a notification gets 202. A
+ * subscriptions/listen request (the current revision) is held open as a
+ * stream that carries list_changed after each reload. A tool
+ * call runs as a detached request through the api's own handler, so it is
+ * routed, scheduled, audited and metered exactly as the same request on its
+ * route would be. A call whose client sent a progress token and accepts
+ * text/event-stream is answered as a stream: progress notifications (queued,
+ * loading, running) while it waits, then its result. A client that hangs up
+ * cancels its call; so does notifications/cancelled in the same
+ * Mcp-Session-Id (initialize hands one out; the server keeps no state on it
+ * but the calls in flight). Browser origins other than loopback and
+ * mcp.allowed_origins are refused with 403 (DNS rebinding). The api checks
+ * the API key and whether mcp.http is on before it hands a request here. */
+#ifndef TANDEM_MCP_HTTP_H
+#define TANDEM_MCP_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "serve/http.h"
+
+struct mcp_http_env {
+    struct event_base *base;
+    http_handler_fn handler;        /* runs a tool call's request (the api's handler) */
+    void *handler_user;
+    json_t *(*status)(void *user);  /* GET /v1/status's body now (new reference) */
+    void *status_user;
+};
+
+struct mcp_http; /* opaque */
+
+/* Returns a new transport (free with mcp_http_free), NULL on OOM. env is
+ * copied; what it points to is borrowed and must outlive the transport. */
+struct mcp_http *mcp_http_new(const struct mcp_http_env *env);
+
+/* Ends every subscriptions/listen stream with its closing result (the
+ * daemon stops admitting). NULL is a no-op. */
+void mcp_http_end_listeners(struct mcp_http *h);
+
+/* Abandons the calls in flight (their clients' requests are left to the HTTP
+ * server, which frees them) and frees h. NULL is a no-op. */
+void mcp_http_free(struct mcp_http *h);
+
+/* Whether a browser's Origin may reach /mcp: NULL (no browser), a loopback
+ * origin (http or https on localhost, 127.0.0.1 or [::1], any port), or one
+ * of allowed[n] exactly (case-insensitive). */
+bool mcp_http_origin_allowed(const char *origin, char *const *allowed, size_t n);
+
+/* Tells the subscribers (subscriptions/listen) when the tools built from
+ * this catalog (borrowed) differ from the last ones: a reload. */
+void mcp_http_set_catalog(struct mcp_http *h, const json_t *pipelines, const json_t *models);
+
+/* Serves POST /mcp on r, which it takes (answers now or later): body[len] is
+ * its message (decoded; borrowed for the call), pipelines and models the
+ * catalog (GET /v1/pipelines' and GET /v1/models' bodies, borrowed for the
+ * call), allowed[n] the configured origins. Returns the HTTP status it
+ * answered with, 200 for a stream or an answer still to come. */
+int mcp_http_serve(struct mcp_http *h, struct http_req *r, const char *body, size_t len,
+                    const json_t *pipelines, const json_t *models, char *const *allowed,
+                    size_t n);
+
+#endif
