@@ -16,6 +16,7 @@
 #include "cli/cmd_calibrate.h"
 
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include "base/hash.h"
 #include "base/mem.h"
 #include "cli/cmd_eval.h"
+#include "cli/model_endpoint.h"
 #include "eval/calib.h"
 #include "eval/metrics.h"
 #include "gguf/gguf.h"
@@ -40,21 +42,23 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tandem calibrate MODEL.gguf --endpoint URL --data FILE --out OUT.gguf\n"
+            "usage: tandem calibrate MODEL.gguf --data FILE --out OUT.gguf [--endpoint E]\n"
             "                        [--model M] [--holdout F] [--seed S] [--min-bucket N]\n"
             "                        [--json] [--api-key KEY] [--timeout S] [--concurrency K]\n"
             "\n"
             "Fits new decision temperatures for MODEL.gguf from its served answers to FILE\n"
-            "(docs/eval-format.md) and writes them into a copy, OUT.gguf. URL must serve\n"
-            "MODEL.gguf itself: a bare llama-server -m MODEL.gguf, or tandem serve with\n"
-            "--model M naming it. The cases are split (seeded) into training and held-out\n"
+            "(docs/eval-format.md) and writes them into a copy, OUT.gguf. Without --endpoint\n"
+            "tandem serves MODEL.gguf itself on a private daemon for the run. An --endpoint\n"
+            "URL must serve MODEL.gguf: a bare llama-server -m MODEL.gguf, or tandem serve\n"
+            "with --model M naming it. The cases are split (seeded) into training and held-out\n"
             "sets; per question type, and per option-count bucket when both sets hold\n"
             "--min-bucket answers of it, the power a of p' = p^a / sum p^a that minimises\n"
             "the training NLL becomes the temperature T / a. A fit is kept only if the\n"
             "held-out NLL improves. The copy records the data's and the model's sha256,\n"
             "the split and the metrics as tandem.calibration.* (shown by tandem inspect).\n"
             "\n"
-            "  --endpoint URL      a /v1/systemone server that serves MODEL.gguf\n"
+            "  --endpoint E        a /v1/systemone URL that serves MODEL.gguf, or file:PATH\n"
+            "                      (default: file:MODEL.gguf, a private daemon)\n"
             "  --data FILE         the dataset (gold answers are what the fit uses)\n"
             "  --out FILE          the calibrated copy (not MODEL.gguf itself)\n"
             "  --model M           the request's \"model\" (omitted when not given)\n"
@@ -77,6 +81,7 @@ static void usage(FILE *f) {
 struct cal_cli {
     struct eval_params p;
     const char *model, *data, *out;
+    const char *llama_server; /* for the private daemon (no --endpoint) */
     double holdout, timeout_s;
     unsigned seed, min_bucket;
     int as_json;
@@ -130,13 +135,10 @@ static int parse_args(int argc, char **argv, struct cal_cli *o) {
         return 2;
     }
     o->model = argv[optind];
-    if (!o->p.endpoint || !o->data || !o->out) {
-        fprintf(stderr, "tandem calibrate: --endpoint URL, --data FILE and --out FILE are "
-                        "required\n");
+    if (!o->data || !o->out) {
+        fprintf(stderr, "tandem calibrate: --data FILE and --out FILE are required\n");
         return 2;
     }
-    if ((rc = cmd_eval_check_endpoint("calibrate", "--endpoint", o->p.endpoint)))
-        return rc;
     if (!o->p.api_key && getenv("TANDEM_API_KEY") && *getenv("TANDEM_API_KEY"))
         o->p.api_key = getenv("TANDEM_API_KEY");
     o->p.timeout_ms = (long)(o->timeout_s * 1000);
@@ -272,7 +274,8 @@ struct group {
 };
 
 struct cal {
-    const struct cal_cli *o;
+    struct cal_cli *o;
+    struct model_endpoints *daemons; /* serving MODEL.gguf without --endpoint */
     struct model_info m;
     struct evalset *set;
     struct eval_run *run;
@@ -688,10 +691,31 @@ static int hash_inputs(const struct cal_cli *o, char *model_sha, char *data_sha)
     return 0;
 }
 
+/* Points the run at --endpoint, or at MODEL.gguf itself on a private daemon
+ * (file:MODEL.gguf). Returns 0 or the exit status. */
+static int start_endpoint(struct cal *k) {
+    static char spec[PATH_MAX + 8]; /* the endpoint's model points into it for the run */
+    snprintf(spec, sizeof spec, "file:%s", k->o->model);
+    struct model_endpoint ep = {.flag = "--endpoint",
+                                .spec = k->o->p.endpoint ? k->o->p.endpoint : spec,
+                                .model = k->o->p.model};
+    struct model_endpoints_params mp = {.command = "tandem calibrate", .no_config = true,
+                                        .llama_server = k->o->llama_server};
+    int rc = model_endpoints_start(&mp, &ep, 1, &k->daemons);
+    k->o->p.endpoint = ep.url;
+    k->o->p.model = ep.model;
+    return rc;
+}
+
 static int calibrate(struct cal *k) {
     char model_sha[HASH_SHA256_HEX_LEN + 1], data_sha[HASH_SHA256_HEX_LEN + 1];
+    int rc;
     if (load_model(k->o->model, &k->m) || refuse_same_file(k->o->model, k->o->out) ||
-        hash_inputs(k->o, model_sha, data_sha) || run_set(k) || collect_answers(k))
+        hash_inputs(k->o, model_sha, data_sha))
+        return 1;
+    if ((rc = start_endpoint(k)))
+        return rc;
+    if (run_set(k) || collect_answers(k))
         return 1;
     if (!fit_all(k)) {
         fprintf(stderr, "tandem calibrate: %s: no question type can be fitted:\n", k->o->data);
@@ -703,7 +727,7 @@ static int calibrate(struct cal *k) {
         return 1;
     }
     json_t *summary = summary_json(k, model_sha, data_sha);
-    int rc = summary ? write_copy(k, summary) : 1;
+    rc = summary ? write_copy(k, summary) : 1;
     if (!summary)
         fprintf(stderr, "tandem calibrate: out of memory\n");
     else if (!rc && k->o->as_json) {
@@ -717,12 +741,12 @@ static int calibrate(struct cal *k) {
 }
 
 int cmd_calibrate_main(int argc, char **argv, const char *llama_server) {
-    (void)llama_server;
     struct cal_cli o = {.p = eval_default_params(), .holdout = DEFAULT_HOLDOUT,
                         .timeout_s = 60, .seed = 1, .min_bucket = DEFAULT_MIN_BUCKET};
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
+    o.llama_server = llama_server;
     struct cal *k = mem_calloc(1, sizeof *k);
     if (!k) {
         fprintf(stderr, "tandem calibrate: out of memory\n");
@@ -736,6 +760,7 @@ int cmd_calibrate_main(int argc, char **argv, const char *llama_server) {
     mem_free(k->ans);
     mem_free(k->scratch);
     mem_free(k->held);
+    model_endpoints_free(k->daemons);
     mem_free(k);
     return rc;
 }

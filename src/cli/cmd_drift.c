@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli/cmd_eval.h"
+#include "cli/model_endpoint.h"
 #include "base/mem.h"
 #include "eval/metrics.h"
 
@@ -25,9 +26,9 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tandem drift --ref URL --cand URL --data FILE [--model-ref M]\n"
-            "                    [--model-cand M] [--top N] [--concurrency K] [--json]\n"
-            "                    [--api-key KEY] [--timeout S] [--retries R]\n"
+            "usage: tandem drift --ref ENDPOINT --cand ENDPOINT --data FILE [--config F]\n"
+            "                    [--model-ref M] [--model-cand M] [--top N] [--concurrency K]\n"
+            "                    [--json] [--api-key KEY] [--timeout S] [--retries R]\n"
             "\n"
             "Sends every case of FILE (docs/eval-format.md; gold answers are optional) to the\n"
             "reference and the candidate endpoint and compares the answers question by\n"
@@ -36,8 +37,11 @@ static void usage(FILE *f) {
             "and the N questions with the largest KL. The question \"did quantization change\n"
             "my decisions?\": serve the original as --ref and the quantized file as --cand.\n"
             "\n"
-            "  --ref URL, --cand URL   /v1/systemone endpoints (the config:model form needs\n"
-            "                          tandem serve's configuration: not available in this build)\n"
+            "  --ref E, --cand E       each an http(s):// /v1/systemone endpoint, config:MODEL (a\n"
+            "                          model of --config, served by a private tandem serve on\n"
+            "                          it) or file:PATH (a GGUF file, served likewise); the\n"
+            "                          private daemons stop, with their engines, at the end\n"
+            "  --config F              the tandem.yaml that config:MODEL names models of\n"
             "  --model-ref M, --model-cand M   the requests' \"model\" (omitted when not given)\n"
             "  --top N                 worst questions to list (default %d)\n"
             "  --concurrency K         requests in flight per endpoint (default 1)\n"
@@ -286,9 +290,8 @@ static void print_table(const json_t *s) {
 }
 
 int cmd_drift_main(int argc, char **argv, const char *llama_server) {
-    (void)llama_server;
     enum { O_REF = 256, O_CAND, O_MREF, O_MCAND, O_DATA, O_TOP, O_CONC, O_JSON, O_KEY,
-           O_TIMEOUT, O_RETRIES };
+           O_TIMEOUT, O_RETRIES, O_CONFIG };
     static const struct option opts[] = {
         {"ref", required_argument, NULL, O_REF},
         {"cand", required_argument, NULL, O_CAND},
@@ -301,11 +304,13 @@ int cmd_drift_main(int argc, char **argv, const char *llama_server) {
         {"api-key", required_argument, NULL, O_KEY},
         {"timeout", required_argument, NULL, O_TIMEOUT},
         {"retries", required_argument, NULL, O_RETRIES},
+        {"config", required_argument, NULL, O_CONFIG},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
     struct eval_params p = eval_default_params();
     const char *ref = NULL, *cand = NULL, *mref = NULL, *mcand = NULL, *data = NULL;
+    const char *config = NULL;
     unsigned top = DEFAULT_TOP, timeout_s = 60;
     int c, as_json = 0, rc = 0;
     optind = 0;
@@ -323,6 +328,7 @@ int cmd_drift_main(int argc, char **argv, const char *llama_server) {
             break;
         case O_JSON: as_json = 1; break;
         case O_KEY: p.api_key = optarg; break;
+        case O_CONFIG: config = optarg; break;
         case O_TIMEOUT:
             rc = cmd_eval_parse_uint("drift", "--timeout", optarg, 1, 86400, &timeout_s);
             break;
@@ -344,9 +350,6 @@ int cmd_drift_main(int argc, char **argv, const char *llama_server) {
         usage(stderr);
         return 2;
     }
-    if ((rc = cmd_eval_check_endpoint("drift", "--ref", ref)) ||
-        (rc = cmd_eval_check_endpoint("drift", "--cand", cand)))
-        return rc;
     if (!p.api_key && getenv("TANDEM_API_KEY") && *getenv("TANDEM_API_KEY"))
         p.api_key = getenv("TANDEM_API_KEY");
     p.timeout_ms = (long)timeout_s * 1000;
@@ -357,9 +360,22 @@ int cmd_drift_main(int argc, char **argv, const char *llama_server) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
+    struct model_endpoint eps[2] = {{.flag = "--ref", .spec = ref, .model = mref},
+                                    {.flag = "--cand", .spec = cand, .model = mcand}};
+    struct model_endpoints_params mp = {.command = "tandem drift", .config = config,
+                                        .llama_server = llama_server};
+    struct model_endpoints *daemons = NULL;
+    if ((rc = model_endpoints_start(&mp, eps, 2, &daemons))) {
+        evalset_free(set);
+        return rc;
+    }
+    if (!p.api_key)
+        p.api_key = model_endpoints_api_key(daemons);
+    mref = eps[0].model, mcand = eps[1].model;
     bool tty = isatty(STDERR_FILENO);
     struct eval_run *runs[2] = {NULL, NULL};
-    const char *urls[2] = {ref, cand}, *models[2] = {mref, mcand}, *labels[2] = {"ref", "cand"};
+    const char *urls[2] = {eps[0].url, eps[1].url}, *models[2] = {mref, mcand};
+    const char *labels[2] = {"ref", "cand"};
     int status = 0;
     for (int i = 0; i < 2 && !status; i++) {
         p.endpoint = urls[i];
@@ -389,6 +405,7 @@ int cmd_drift_main(int argc, char **argv, const char *llama_server) {
     }
     eval_run_free(runs[0]);
     eval_run_free(runs[1]);
+    model_endpoints_free(daemons);
     evalset_free(set);
     return status;
 }

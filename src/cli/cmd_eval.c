@@ -26,6 +26,7 @@
 #include "eval/permute.h"
 #include "eval/report.h"
 #include "cli/cmd_eval_thresholds.h"
+#include "cli/model_endpoint.h"
 
 #define DEFAULT_LOW_CONFIDENCE 0.6
 #define MAX_BOOTSTRAP 100000
@@ -33,15 +34,15 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tandem eval --endpoint URL --data FILE [--model M] [--repeat N]\n"
-            "                   [--concurrency K] [--report out.html] [--json]\n"
+            "usage: tandem eval (--endpoint E [--model M] | --config F --model M) --data FILE\n"
+            "                   [--repeat N] [--concurrency K] [--report out.html] [--json]\n"
             "                   [--api-key KEY] [--low-confidence P] [--timeout S] [--retries R]\n"
             "                   [--target-risk R] [--bootstrap N] [--seed S] [--permute K]\n"
             "                   [--suggest-thresholds [--target-precision P]\n"
             "                    [--write-thresholds PIPELINE (--config F | --apply F)]]\n"
             "                   [--compare BEFORE.json]\n"
             "\n"
-            "Sends every case of FILE (JSONL, see docs/eval-format.md) to URL/v1/systemone and\n"
+            "Sends every case of FILE (JSONL, see docs/eval-format.md) to E/v1/systemone and\n"
             "scores the answers against the gold ones: accuracy (noul at 0.5), Brier score,\n"
             "NLL, ECE over 15 confidence bins, MAE of score questions and the low-confidence\n"
             "rate, overall and per question type; the risk-coverage curve, its area (AURC)\n"
@@ -50,8 +51,12 @@ static void usage(FILE *f) {
             "and top-answer flips; the verdict is \"deterministic\" only if every repeat\n"
             "returned identical probabilities.\n"
             "\n"
-            "  --endpoint URL        any /v1/systemone server: tandem, llama-server, a hosted API\n"
-            "  --config F            tandem serve's configuration, whose pipeline\n"
+            "  --endpoint E          any /v1/systemone server (tandem, llama-server, a hosted API),\n"
+            "                        config:MODEL (a model of --config) or file:PATH (a GGUF\n"
+            "                        file): these two start the model on a private tandem serve\n"
+            "                        and stop it, with its engine, at the end\n"
+            "  --config F            tandem serve's configuration: the models config:MODEL (and\n"
+            "                        --model M without --endpoint) name, and the pipeline\n"
             "                        --write-thresholds names\n"
             "  --model M             the request's \"model\" (omitted when not given)\n"
             "  --data FILE           the dataset\n"
@@ -114,19 +119,6 @@ void cmd_eval_progress(void *user, size_t done, size_t total, double elapsed_s) 
     if (done == total)
         fprintf(stderr, "\r\033[K");
     fflush(stderr);
-}
-
-int cmd_eval_check_endpoint(const char *cmd, const char *flag, const char *value) {
-    if (!strncmp(value, "http://", 7) || !strncmp(value, "https://", 8))
-        return 0;
-    if (strstr(value, "://"))
-        fprintf(stderr, "tandem %s: %s %s: not an http:// or https:// URL\n", cmd, flag, value);
-    else
-        fprintf(stderr,
-                "tandem %s: %s %s: the config:model form needs tandem serve's configuration "
-                "support, not available in this build; give an http:// or https:// URL\n",
-                cmd, flag, value);
-    return 2;
 }
 
 /* --- scoring ------------------------------------------------------------------ */
@@ -771,13 +763,19 @@ static int parse_args(int argc, char **argv, struct eval_cli *o) {
         fprintf(stderr, "tandem eval: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!o->p.endpoint || !o->data) {
-        fprintf(stderr, "tandem eval: --endpoint URL and --data FILE are required\n");
+    if ((!o->p.endpoint && !(o->config && o->p.model)) || !o->data) {
+        fprintf(stderr, "tandem eval: --data FILE and --endpoint (or --config F --model M) are "
+                        "required\n");
         usage(stderr);
         return 2;
     }
-    if ((rc = cmd_eval_check_endpoint("eval", "--endpoint", o->p.endpoint)))
-        return rc;
+    bool url = o->p.endpoint && strstr(o->p.endpoint, "://");
+    if (url && o->config && !o->th.pipeline) {
+        fprintf(stderr, "tandem eval: --config %s is read for --write-thresholds PIPELINE, or to "
+                        "serve a model of it (--model M without --endpoint, or --endpoint "
+                        "config:M); --endpoint %s needs neither\n", o->config, o->p.endpoint);
+        return 2;
+    }
     if (!o->p.api_key && getenv("TANDEM_API_KEY") && *getenv("TANDEM_API_KEY"))
         o->p.api_key = getenv("TANDEM_API_KEY");
     o->p.timeout_ms = (long)(o->timeout_s * 1000);
@@ -910,8 +908,29 @@ static int run_and_render(const struct evalset *set, const struct eval_cli *o, c
     return status;
 }
 
+/* Points o at its endpoint: a URL as given, or a private daemon serving
+ * config:MODEL (also --config F --model M alone) or file:PATH. Returns 0 with
+ * *daemons (possibly NULL) to free after the run, else the exit status. */
+static int start_endpoint(struct eval_cli *o, const char *llama_server,
+                          struct model_endpoints **daemons) {
+    static char spec[512]; /* the endpoint's model points into it for the whole run */
+    if (!o->p.endpoint)
+        snprintf(spec, sizeof spec, "config:%s", o->p.model);
+    struct model_endpoint ep = {.flag = "--endpoint", .spec = o->p.endpoint ? o->p.endpoint : spec,
+                                .model = o->p.model};
+    struct model_endpoints_params mp = {.command = "tandem eval", .config = o->config,
+                                        .llama_server = llama_server};
+    int rc = model_endpoints_start(&mp, &ep, 1, daemons);
+    if (rc)
+        return rc;
+    o->p.endpoint = ep.url;
+    o->p.model = ep.model;
+    if (!o->p.api_key)
+        o->p.api_key = model_endpoints_api_key(*daemons);
+    return 0;
+}
+
 int cmd_eval_main(int argc, char **argv, const char *llama_server) {
-    (void)llama_server;
     struct eval_cli o = {
         .p = eval_default_params(),
         .sc = {.low = DEFAULT_LOW_CONFIDENCE, .target_risk = 0.05, .bootstrap = 1000, .seed = 1},
@@ -927,9 +946,13 @@ int cmd_eval_main(int argc, char **argv, const char *llama_server) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
+    struct model_endpoints *daemons = NULL;
     int status = check_before_run(set, &o, err, sizeof err);
     if (!status)
+        status = start_endpoint(&o, llama_server, &daemons);
+    if (!status)
         status = run_and_render(set, &o, err, sizeof err);
+    model_endpoints_free(daemons);
     evalset_free(set);
     cmd_eval_thresholds_deinit(&o.th);
     json_decref(o.before);

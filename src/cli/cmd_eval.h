@@ -47,11 +47,6 @@ void cmd_eval_progress(void *user, size_t done, size_t total, double elapsed_s);
 /* Returns x as a JSON real, or JSON null when x is NaN or infinite. */
 json_t *cmd_eval_number(double x);
 
-/* Checks an endpoint argument: a "config:model" or other non-URL form gets
- * the message that --config needs `tandem serve`. Returns 0 when usable, else
- * prints "tandem <cmd>: ..." to stderr and returns 2 (usage). */
-int cmd_eval_check_endpoint(const char *cmd, const char *flag, const char *value);
-
 /* Parses s as an integer in [lo, hi] into *out for option flag. Returns 0,
  * or prints "tandem <cmd>: <flag> <s>: expected an integer from lo to hi"
  * and returns 2 (usage). */

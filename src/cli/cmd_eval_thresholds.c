@@ -60,11 +60,6 @@ int cmd_eval_thresholds_check_args(struct cmd_eval_thresholds *th, const char *c
                         "--config F or --apply F\n", th->pipeline);
         return 2;
     }
-    if (th->config && !th->pipeline) {
-        fprintf(stderr, "tandem eval: --config %s is read for --write-thresholds PIPELINE; "
-                        "the models are reached through --endpoint\n", th->config);
-        return 2;
-    }
     th->suggest |= th->pipeline != NULL;
     return 0;
 }

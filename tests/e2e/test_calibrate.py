@@ -262,3 +262,17 @@ def test_usage_errors(tandem_bin, tmp_path):
     done = tandem(tandem_bin, "calibrate", "--endpoint", "http://x", *data)
     assert done.returncode == 2 and "expected exactly one MODEL.gguf" in done.stderr
     assert "MODEL.gguf itself" in tandem(tandem_bin, "calibrate", "--help").stdout
+
+
+def test_without_an_endpoint_the_model_is_served_privately(tandem_bin, calibrated, tmp_path):
+    """No --endpoint: MODEL.gguf itself on a private daemon (file:MODEL.gguf), stopped at
+    the end; the fit is the one the engine tandem serves would give."""
+    out = tmp_path / "private.gguf"
+    done = tandem(tandem_bin, "calibrate", str(fixture_path(KEV)), "--data", str(SHIPPED),
+                  "--out", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["endpoint"].startswith("http://127.0.0.1:") and out.exists()
+    assert len(summary["groups"]) == len(calibrated[0]["groups"]) > 0
+    left = subprocess.run(["pgrep", "-af", "tandem-models-"], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout

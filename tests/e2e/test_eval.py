@@ -237,17 +237,79 @@ def test_malformed_dataset_lines_name_file_line_and_field(tandem_bin, tmp_path):
     ]
 
 
+REQUIRED = "--data FILE and --endpoint (or --config F --model M) are required"
+
+
 def test_usage_errors(tandem_bin, tmp_path):
     data = str(subset(tmp_path, 1))
     out = tandem(tandem_bin, "eval", "--config", "tandem.yaml", "--data", data)
-    assert out.returncode == 2 and "--endpoint URL and --data FILE are required" in out.stderr
+    assert out.returncode == 2 and REQUIRED in out.stderr
     out = tandem(tandem_bin, "eval", "--endpoint", "http://x", "--data", data, "--repeat", "0")
     assert out.returncode == 2 and "--repeat 0: expected an integer from 1 to 1000" in out.stderr
     out = tandem(tandem_bin, "eval", "--data", data)
-    assert out.returncode == 2 and "--endpoint URL and --data FILE are required" in out.stderr
-    out = tandem(tandem_bin, "drift", "--ref", "config:smollm2", "--cand", "http://x",
-                 "--data", data)
-    assert out.returncode == 2 and "config:model form needs tandem serve" in out.stderr
+    assert out.returncode == 2 and REQUIRED in out.stderr
+
+
+def private_config(tmp_path):
+    cfg = tmp_path / "tandem.yaml"
+    cfg.write_text(f"""listen: 127.0.0.1:0
+logs:
+  dir: {tmp_path / 'logs'}
+models:
+  decider:
+    path: {fixture_path('smollm2-decider.gguf')}
+    ctx: 2048
+""")
+    return cfg
+
+
+def test_endpoint_forms_are_checked_before_anything_starts(tandem_bin, tmp_path):
+    data = str(subset(tmp_path, 1))
+    cfg = str(private_config(tmp_path))
+    cases = [
+        (("drift", "--ref", "config:decider", "--cand", "http://x"),
+         "--ref config:decider: config:MODEL needs --config FILE"),
+        (("drift", "--ref", "config:nope", "--cand", "http://x", "--config", cfg),
+         f'--ref config:nope: {cfg} declares no model "nope"'),
+        (("drift", "--ref", "http://x", "--cand", f"file:{tmp_path}/none.gguf"),
+         f"--cand file:{tmp_path}/none.gguf: No such file or directory"),
+        (("drift", "--ref", "ftp://x", "--cand", "http://x"),
+         "--ref ftp://x: expected an http:// or https:// URL, config:MODEL or file:PATH"),
+        (("eval", "--endpoint", "decider"),
+         "--endpoint decider: expected an http:// or https:// URL, config:MODEL or file:PATH"),
+        (("calibrate", str(fixture_path("kev-tiny.gguf")), "--endpoint", "config:decider",
+          "--out", str(tmp_path / "o.gguf")),
+         "--endpoint config:decider: this command takes a URL or file:PATH"),
+    ]
+    for args, want in cases:
+        out = tandem(tandem_bin, *args, "--data", data)
+        assert out.returncode == 2 and want in out.stderr, (args, out.stderr)
+
+
+def engines_of(cfg_dir):
+    """llama-server processes whose log or slot folder is under cfg_dir."""
+    out = subprocess.run(["pgrep", "-af", "llama-server"], capture_output=True, text=True).stdout
+    return [l for l in out.splitlines() if str(cfg_dir) in l]
+
+
+def test_eval_and_drift_start_the_model_privately_and_stop_it(tandem_bin, tmp_path):
+    """eval --config F --model M, and drift between file:PATH and config:M naming the
+    same file: two private daemons, the same answers to the byte (0 flips, KL 0)."""
+    data = str(subset(tmp_path, 4))
+    cfg = private_config(tmp_path)
+    out = tandem(tandem_bin, "eval", "--config", str(cfg), "--model", "decider", "--data", data,
+                 "--json")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["model"] == "decider" and summary["metrics"]["overall"]["n"] == 6
+    assert summary["errors"] == []
+    out = tandem(tandem_bin, "drift", "--ref", f"file:{fixture_path('smollm2-decider.gguf')}",
+                 "--cand", "config:decider", "--config", str(cfg), "--data", data, "--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["ref"]["model"] == "smollm2-decider" and d["cand"]["model"] == "decider"
+    assert d["compared"] == 6 and d["flips"] == 0 and d["kl_max"] == 0 and d["max_dp_max"] == 0, d
+    assert not engines_of(tmp_path), "an engine outlived its command"
 
 
 # --- the HTML report in headless Chromium -----------------------------------------
