@@ -206,7 +206,7 @@ $(VENV)/.stamp: tests/e2e/requirements.txt
 # --- install: tandem, its engine, the systemd unit ---------------------------------
 # `make install` copies into $(DESTDIR)$(PREFIX) (README, Install):
 #   bin/tandem                          INSTALL_BIN (default build/tandem, built if stale)
-#   libexec/tandem/llama-server, llama-quantize, BUILD-INFO
+#   libexec/tandem/llama-server, llama-quantize, llama-imatrix, BUILD-INFO
 #                                       the pinned engine, from ENGINE_DIR (the cache)
 #   lib/systemd/system/tandem.service   examples/tandem.service, @BINDIR@, @SYSCONFDIR@
 #                                       and @DOCDIR@ replaced by the installed paths
@@ -237,10 +237,13 @@ install: $(INSTALL_BIN)
 	  "holds it (TANDEM_CACHE=DIR or ENGINE_DIR=DIR; under sudo, HOME is root's)" >&2; exit 1; }
 	install -D -m 755 $(INSTALL_BIN) $(DESTDIR)$(PREFIX)/bin/tandem
 	install -D -m 755 $(ENGINE_DIR)/bin/llama-server $(DESTDIR)$(LIBEXECDIR)/llama-server
-	@if [ -x $(ENGINE_DIR)/bin/llama-quantize ]; then \
-	  echo "install -D -m 755 $(ENGINE_DIR)/bin/llama-quantize $(DESTDIR)$(LIBEXECDIR)/llama-quantize"; \
-	  install -D -m 755 $(ENGINE_DIR)/bin/llama-quantize $(DESTDIR)$(LIBEXECDIR)/llama-quantize; \
-	else echo "make install: note: $(ENGINE_DIR) has no llama-quantize; \`tandem quantize\` will not work"; fi
+	@for t in llama-quantize llama-imatrix; do \
+	  if [ -x $(ENGINE_DIR)/bin/$$t ]; then \
+	    echo "install -D -m 755 $(ENGINE_DIR)/bin/$$t $(DESTDIR)$(LIBEXECDIR)/$$t"; \
+	    install -D -m 755 $(ENGINE_DIR)/bin/$$t $(DESTDIR)$(LIBEXECDIR)/$$t; \
+	  else echo "make install: note: $(ENGINE_DIR) has no $$t; \`tandem quantize\` and" \
+	    "\`tandem imatrix\` need it (make deps adds it)"; fi; \
+	done
 	install -D -m 644 $(ENGINE_DIR)/BUILD-INFO $(DESTDIR)$(LIBEXECDIR)/BUILD-INFO
 	install -d -m 755 $(dir $(I_UNIT))
 	sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
@@ -260,7 +263,7 @@ install: $(INSTALL_BIN)
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/tandem $(I_UNIT) $(I_UNIT).tmp \
-	  $(addprefix $(DESTDIR)$(LIBEXECDIR)/,llama-server llama-quantize BUILD-INFO) \
+	  $(addprefix $(DESTDIR)$(LIBEXECDIR)/,llama-server llama-quantize llama-imatrix BUILD-INFO) \
 	  $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(INSTALL_DOCS)))
 	@if [ -f $(I_CONF) ] && ! cmp -s $(I_CONF) $(I_EXAMPLE) && ! cmp -s $(I_CONF) examples/tandem.yaml; \
 	  then echo "make uninstall: kept $(I_CONF): it differs from the example"; \

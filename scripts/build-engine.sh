@@ -5,6 +5,8 @@
 #   $TANDEM_CACHE/engine/b<build>/bin/llama-server   static binary
 #   $TANDEM_CACHE/engine/b<build>/bin/llama-quantize the engine's quantize tool (CPU build),
 #                                                    for `tandem quantize`
+#   $TANDEM_CACHE/engine/b<build>/bin/llama-imatrix  its importance-matrix tool (CPU build),
+#                                                    for `tandem imatrix` and the ladder
 #   $TANDEM_CACHE/engine/b<build>/src/               the llama.cpp tree it was built from
 #   $TANDEM_CACHE/engine/b<build>/BUILD-INFO         backend, sdist sha256, cmake flags
 #
@@ -80,41 +82,46 @@ mkdir -p "$engine_root"
 exec 9>"$engine_root/.lock"
 flock 9   # one build at a time; a waiting run then finds the finished cache
 
-# The quantize tool works on the CPU whatever the engine's backend, so it is always
-# built without CUDA (a CUDA-linked one could not run where no driver is installed).
-quantize_flags=()
-for f in "${cmake_flags[@]}"; do [[ "$f" == -DGGML_CUDA=ON ]] || quantize_flags+=("$f"); done
+# The tools work on the CPU whatever the engine's backend, so they are always built
+# without CUDA (a CUDA-linked one could not run where no driver is installed).
+tools=(llama-quantize llama-imatrix)
+tool_flags=()
+for f in "${cmake_flags[@]}"; do [[ "$f" == -DGGML_CUDA=ON ]] || tool_flags+=("$f"); done
 
-# ensure_quantize: adds bin/llama-quantize to an installed engine that lacks it (one
-# installed before the tool was part of the build), from the installed source tree.
-# Builds only what the tool needs (ggml, llama, common: about 5 minutes on 2 CPU cores)
-# and installs it by rename, so the engine itself is never touched.
-ensure_quantize() {
-  [[ -x "$final/bin/llama-quantize" ]] && return 0
-  local qbuild="$engine_root/.build-b$ENGINE_BUILD-quantize" qstart
-  log "adding llama-quantize to the installed engine (built from $final/src, CPU)"
-  qstart=$(date +%s)
-  cmake -S "$final/src" -B "$qbuild" "${quantize_flags[@]}" >"$engine_root/.quantize-configure.log" 2>&1 ||
-    { cat "$engine_root/.quantize-configure.log" >&2; die "cmake configure (llama-quantize) failed"; }
-  rm -f "$engine_root/.quantize-configure.log"
+# ensure_tools: adds the tools an installed engine lacks (one installed before a tool
+# was part of the build), from the installed source tree. Builds only what they need
+# (ggml, llama, common: about 5 minutes on 2 CPU cores) and installs each by rename,
+# so the engine itself is never touched.
+ensure_tools() {
+  local missing=() t
+  for t in "${tools[@]}"; do [[ -x "$final/bin/$t" ]] || missing+=("$t"); done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  local tbuild="$engine_root/.build-b$ENGINE_BUILD-tools" tstart
+  log "adding ${missing[*]} to the installed engine (built from $final/src, CPU)"
+  tstart=$(date +%s)
+  cmake -S "$final/src" -B "$tbuild" "${tool_flags[@]}" >"$engine_root/.tools-configure.log" 2>&1 ||
+    { cat "$engine_root/.tools-configure.log" >&2; die "cmake configure (${missing[*]}) failed"; }
+  rm -f "$engine_root/.tools-configure.log"
   set +e
-  cmake --build "$qbuild" --target llama-quantize -j "${JOBS:-$(nproc)}" 2>&1 |
-    tee "$qbuild/build.log" | grep --line-buffered -E '^\[ *[0-9]+%\]'
+  cmake --build "$tbuild" --target "${missing[@]}" -j "${JOBS:-$(nproc)}" 2>&1 |
+    tee "$tbuild/build.log" | grep --line-buffered -E '^\[ *[0-9]+%\]'
   local status=${PIPESTATUS[0]}
   set -e
   if [[ $status -ne 0 ]]; then
-    tail -n 40 "$qbuild/build.log" >&2
-    die "llama-quantize build failed (exit $status); full log: $qbuild/build.log; a rerun resumes it"
+    tail -n 40 "$tbuild/build.log" >&2
+    die "${missing[*]} build failed (exit $status); full log: $tbuild/build.log; a rerun resumes it"
   fi
-  cp "$qbuild/bin/llama-quantize" "$final/bin/.llama-quantize.tmp"
-  mv "$final/bin/.llama-quantize.tmp" "$final/bin/llama-quantize"
-  rm -rf "$qbuild"
-  log "installed llama-quantize in $(( $(date +%s) - qstart ))s at $final/bin/llama-quantize"
+  for t in "${missing[@]}"; do
+    cp "$tbuild/bin/$t" "$final/bin/.$t.tmp"
+    mv "$final/bin/.$t.tmp" "$final/bin/$t"
+  done
+  rm -rf "$tbuild"
+  log "installed ${missing[*]} in $(( $(date +%s) - tstart ))s in $final/bin"
 }
 
 if cached_ok; then
   log "cached: llama-server b$ENGINE_BUILD ($(sed -n 's/^backend=//p' "$final/BUILD-INFO")) at $final/bin/llama-server"
-  ensure_quantize
+  ensure_tools
   exit 0
 fi
 
@@ -136,10 +143,10 @@ log "configuring ($backend): cmake ${cmake_flags[*]}"
 cmake -S "$stage/src" -B "$build" "${cmake_flags[@]}" >"$stage/cmake-configure.log" 2>&1 ||
   { cat "$stage/cmake-configure.log" >&2; die "cmake configure failed"; }
 
-# A CPU build makes the quantize tool in the same tree (it shares every library with
-# the server, so it costs one more file and a link); a CUDA one adds it afterwards.
+# A CPU build makes the tools in the same tree (they share every library with the
+# server, so each costs one more file and a link); a CUDA one adds them afterwards.
 targets=(llama-server)
-[[ $backend == cpu ]] && targets+=(llama-quantize)
+[[ $backend == cpu ]] && targets+=("${tools[@]}")
 log "building ${targets[*]} with ${JOBS:-$(nproc)} jobs (about 7 minutes on 2 CPU cores)"
 start=$(date +%s)
 # Progress: cmake's "[ NN%] Building ..." lines; the full log stays in the build folder.
@@ -155,7 +162,9 @@ fi
 [[ -x "$build/bin/llama-server" ]] || die "build finished without $build/bin/llama-server"
 
 cp "$build/bin/llama-server" "$stage/bin/llama-server"
-[[ $backend == cpu ]] && cp "$build/bin/llama-quantize" "$stage/bin/llama-quantize"
+if [[ $backend == cpu ]]; then
+  for t in "${tools[@]}"; do cp "$build/bin/$t" "$stage/bin/$t"; done
+fi
 reports_pinned_build "$stage/bin/llama-server" ||
   die "built binary does not report build $ENGINE_BUILD: $("$stage/bin/llama-server" --version 2>&1 | head -1)"
 { echo "$want_info"; echo "built_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)"; } >"$stage/BUILD-INFO"
@@ -171,4 +180,4 @@ mv "$stage" "$final"
 [[ -n "$old" ]] && rm -rf "$old"
 rm -rf "$build"
 log "installed llama-server b$ENGINE_BUILD ($backend) in $(( $(date +%s) - start ))s at $final/bin/llama-server"
-ensure_quantize
+ensure_tools

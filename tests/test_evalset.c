@@ -4,6 +4,7 @@
  * allocation failures, and random mutations of a valid line (never a crash,
  * always a "file:line:" message or a valid case). */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,4 +198,176 @@ Test(evalset, random_mutations_never_crash, .timeout = 60) {
         }
     }
     cr_expect_gt(accepted, 0); /* some mutations only touch strings */
+}
+
+/* --- the calibration split ------------------------------------------------------- */
+
+/* A set of n cases with ids "case-0".."case-<n-1>" (only ids are filled). */
+static struct evalset *ids_set(size_t n, bool reversed) {
+    struct evalset *s = mem_calloc(1, sizeof *s);
+    s->cases = mem_calloc(n, sizeof *s->cases);
+    s->n_cases = n;
+    for (size_t i = 0; i < n; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "case-%zu", reversed ? n - 1 - i : i);
+        s->cases[i].id = mem_strdup(id);
+    }
+    return s;
+}
+
+Test(evalset, split_is_a_pure_function_of_seed_and_id) {
+    enum { N = 2000 };
+    struct evalset *a = ids_set(N, false), *b = ids_set(N, true), *half = ids_set(N / 2, false);
+    bool *ca = mem_calloc(N, 1), *cb = mem_calloc(N, 1), *ch = mem_calloc(N, 1);
+    size_t na = evalset_split(a, 7, 0.5, ca);
+    cr_expect_eq(evalset_split(b, 7, 0.5, cb), na, "reordering keeps the count");
+    evalset_split(half, 7, 0.5, ch);
+    for (size_t i = 0; i < N; i++) {
+        cr_expect_eq(ca[i], cb[N - 1 - i], "case %zu moves with its id", i);
+        if (i < N / 2)
+            cr_expect_eq(ca[i], ch[i], "case %zu does not depend on the others", i);
+        cr_expect_eq(ca[i], evalset_split_case(a->cases[i].id, 7, 0.5));
+    }
+    /* the same call twice */
+    bool again[N];
+    cr_expect_eq(evalset_split(a, 7, 0.5, again), na);
+    cr_expect_arr_eq(again, ca, N);
+    evalset_free(a);
+    evalset_free(b);
+    evalset_free(half);
+    mem_free(ca);
+    mem_free(cb);
+    mem_free(ch);
+}
+
+Test(evalset, split_respects_the_share_and_the_seed) {
+    enum { N = 4000 };
+    struct evalset *s = ids_set(N, false);
+    bool *c0 = mem_calloc(N, 1), *c1 = mem_calloc(N, 1);
+    const double shares[] = {0.1, 0.25, 0.5, 0.9};
+    for (size_t k = 0; k < sizeof shares / sizeof shares[0]; k++) {
+        size_t n = evalset_split(s, 0, shares[k], c0);
+        /* binomial: 4 standard deviations at most 4 * sqrt(N / 4) = 126 */
+        cr_expect_leq(fabs((double)n - shares[k] * N), 126, "share %.2f gave %zu of %d",
+                      shares[k], n, N);
+    }
+    size_t n0 = evalset_split(s, 0, 0.5, c0), n1 = evalset_split(s, 1, 0.5, c1), same = 0;
+    for (size_t i = 0; i < N; i++)
+        same += c0[i] == c1[i];
+    cr_expect(n0 > 0 && n1 > 0);
+    cr_expect_leq(fabs((double)same - N / 2.0), 126, "seeds 0 and 1 agree on %zu of %d", same,
+                  N);
+    /* a larger share only adds cases: each case's draw is fixed */
+    evalset_split(s, 3, 0.3, c0);
+    evalset_split(s, 3, 0.6, c1);
+    for (size_t i = 0; i < N; i++)
+        cr_expect(!c0[i] || c1[i], "case %zu left calibration when the share grew", i);
+    cr_expect_eq(evalset_split(s, 9, 1.0, c0), N, "share 1 takes every case");
+    cr_expect_eq(evalset_split(s, 9, 0.0, c0), 0, "share 0 takes none");
+    cr_expect_eq(evalset_split(s, 9, NAN, c0), 0);
+    evalset_free(s);
+    mem_free(c0);
+    mem_free(c1);
+}
+
+/* The default split (seed 0, share 0.5) of tests/data/eval/decisions.jsonl, also
+ * computed by an independent Python rendering of the rule in evalset.h. */
+#define SHIPPED_SPLIT_N 36
+#define SHIPPED_SPLIT_FIRST "route-lost-parcel,route-crash,route-password"
+
+Test(evalset, split_of_the_shipped_set_is_pinned) {
+    /* the ladder judges the cases imatrix left out: a change of the hash would
+     * silently move cases between the sides, so the default split is pinned */
+    struct evalset *s;
+    char err[4096];
+    cr_assert_eq(evalset_load("tests/data/eval/decisions.jsonl", &s, err, sizeof err), TANDEM_OK);
+    bool *c = mem_calloc(s->n_cases, 1);
+    size_t n = evalset_split(s, 0, 0.5, c);
+    char first[256] = "";
+    for (size_t i = 0, k = 0; i < s->n_cases && k < 3; i++)
+        if (c[i]) {
+            strcat(first, s->cases[i].id);
+            strcat(first, k++ < 2 ? "," : "");
+        }
+    cr_log_info("default split: %zu of %zu, first %s", n, s->n_cases, first);
+    cr_expect_eq(n, SHIPPED_SPLIT_N, "%zu", n);
+    cr_expect_str_eq(first, SHIPPED_SPLIT_FIRST);
+    mem_free(c);
+    evalset_free(s);
+}
+
+/* --- audit logs ------------------------------------------------------------------- */
+
+/* An audit line with the systemone request of GOOD's state and one question. */
+static void audit_line(char *out, size_t cap, const char *id, const char *route, int status,
+                       bool body) {
+    const char *req = "{\\\"state\\\": \\\"disk full\\\", \\\"questions\\\": {\\\"q\\\": "
+                      "{\\\"type\\\": \\\"noul\\\", \\\"instructions\\\": \\\"Alert?\\\"}}}";
+    snprintf(out, cap,
+             "{\"time\": \"2026-01-01T00:00:00Z\", \"request_id\": \"%s\", \"route\": \"%s\", "
+             "\"method\": \"POST\", \"status\": %d%s%s%s}\n",
+             id, route, status, body ? ", \"request_body\": \"" : "", body ? req : "",
+             body ? "\"" : "");
+}
+
+Test(evalset, loads_the_requests_of_an_audit_log) {
+    char text[8192] = "", line[1024];
+    audit_line(line, sizeof line, "r1", "systemone", 200, true);
+    strcat(text, line);
+    audit_line(line, sizeof line, "r2", "chat", 200, true); /* another route */
+    strcat(text, line);
+    audit_line(line, sizeof line, "r3", "systemone", 400, true); /* failed */
+    strcat(text, line);
+    audit_line(line, sizeof line, "r4", "systemone", 200, false); /* no body */
+    strcat(text, line);
+    audit_line(line, sizeof line, "r1", "systemone", 200, true); /* retried */
+    strcat(text, line);
+    strcat(text, "{\"request_id\": \"r5\", \"route\": \"systemone\", \"status\": 200, "
+                 "\"request_body\": \"{\\\"state\\\": \\\"cut sh\"}\n"); /* cut body */
+    audit_line(line, sizeof line, "r6", "systemone", 200, true);
+    strcat(text, line);
+    char *path = write_temp(text);
+    bool audit = false;
+    char err[1024] = "";
+    cr_assert_eq(evalset_detect_audit(path, &audit, err, sizeof err), TANDEM_OK, "%s", err);
+    cr_expect(audit);
+    struct evalset *s;
+    size_t skipped = 99;
+    cr_assert_eq(evalset_load_any(path, &s, &skipped, err, sizeof err), TANDEM_OK, "%s", err);
+    cr_assert_eq(s->n_cases, 2);
+    cr_expect_str_eq(s->cases[0].id, "r1");
+    cr_expect_eq(s->cases[0].line, 1);
+    cr_expect_str_eq(s->cases[1].id, "r6");
+    cr_expect_str_eq(json_string_value(s->cases[1].state), "disk full");
+    cr_expect_eq(s->n_questions, 2);
+    cr_expect_eq(s->n_gold, 0);
+    cr_expect_eq(skipped, 5);
+    evalset_free(s);
+    unlink(path);
+}
+
+Test(evalset, an_audit_log_without_bodies_says_why) {
+    char text[2048] = "", line[1024];
+    audit_line(line, sizeof line, "r1", "systemone", 200, false);
+    strcat(text, line);
+    strcat(text, "[1]\n");
+    char *path = write_temp(text);
+    struct evalset *s = (void *)1;
+    char err[1024] = "";
+    cr_expect_eq(evalset_load_audit(path, &s, NULL, err, sizeof err), TANDEM_ERR_FORMAT);
+    cr_expect_null(s);
+    cr_expect(strstr(err, ":2: not an audit record"), "%s", err);
+    unlink(path);
+    text[0] = '\0';
+    strcat(text, line);
+    path = write_temp(text);
+    cr_expect_eq(evalset_load_any(path, &s, NULL, err, sizeof err), TANDEM_ERR_FORMAT);
+    cr_expect(strstr(err, "logs.bodies"), "%s", err);
+    unlink(path);
+    bool audit = true;
+    cr_expect_eq(evalset_detect_audit("tests/data/eval/decisions.jsonl", &audit, err, sizeof err),
+                 TANDEM_OK);
+    cr_expect(!audit);
+    cr_expect_eq(evalset_detect_audit("/nonexistent/x.jsonl", &audit, err, sizeof err),
+                 TANDEM_ERR_IO);
 }

@@ -245,3 +245,26 @@ Test(gguf_edit, synthesis_from_nothing_with_copied_appended_keys_and_filled_tens
     cr_expect_lt((uint64_t)st.st_blocks * 512, h->size / 4, "the hole takes no disk");
     gguf_free(g);
 }
+
+Test(gguf_edit, the_last_tensor_is_padded_as_ggml_reads_it) {
+    /* ggml loads the data section as the sum of the padded tensor sizes, the
+     * last one's included: an unaligned last tensor must be followed by zeros */
+    struct gguf *src = open_ok(in_path);
+    struct gguf_edit *e;
+    char err[256] = "";
+    cr_assert_eq(gguf_edit_new(src, &e), TANDEM_OK);
+    struct tensor_fill one = {.kind = TENSOR_FILL_CONST, .value = 1.0f};
+    int64_t three[4] = {3};
+    cr_assert_eq(gguf_edit_add_tensor(e, "bias", 0, 1, three, &one, err, sizeof err), TANDEM_OK,
+                 "%s", err);
+    cr_assert_eq(gguf_edit_write(e, out_path, err, sizeof err), TANDEM_OK, "%s", err);
+    gguf_edit_free(e);
+    gguf_free(src);
+    struct gguf *g = open_ok(out_path);
+    const struct gguf_tensor *t = gguf_tensor_find(g, "bias");
+    cr_assert_not_null(t);
+    cr_expect_eq(t->size, 12);
+    cr_expect_eq(gguf_file_size(g), gguf_data_offset(g) + t->offset + 32,
+                 "12 bytes, then 20 of padding");
+    gguf_free(g);
+}

@@ -193,3 +193,45 @@ Test(metrics, threshold_search_and_the_answers_a_precision_needs) {
                                 &lo, &hi));
     cr_assert(isinf(lo) && isinf(hi), "every resample unreachable: [inf, inf], not NaN");
 }
+
+/* Wilson 95% intervals computed by hand: (p + z²/2n ∓ z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n). */
+Test(metrics, wilson_hand_computed) {
+    double lo, hi;
+    metrics_wilson(1, 32, &lo, &hi); /* 1 flip of 32: [0.00554, 0.15744] */
+    cr_assert_float_eq(lo, 0.005538, 2e-6);
+    cr_assert_float_eq(hi, 0.157443, 2e-6);
+    metrics_wilson(0, 10, &lo, &hi); /* none of 10: upper z²/(n + z²) */
+    cr_assert_eq(lo, 0.0);
+    cr_assert_float_eq(hi, 3.841459 / 13.841459, 1e-6);
+    metrics_wilson(10, 10, &lo, &hi); /* all of 10: lower n/(n + z²) */
+    cr_assert_float_eq(lo, 10 / 13.841459, 1e-6);
+    cr_assert_float_eq(hi, 1.0, 1e-12);
+    metrics_wilson(20, 32, &lo, &hi); /* 20 of 32: [0.4525, 0.7707] */
+    cr_assert_float_eq(lo, 0.452544, 2e-6);
+    cr_assert_float_eq(hi, 0.770661, 2e-6);
+    metrics_wilson(0, 0, &lo, &hi);
+    cr_assert(isnan(lo) && isnan(hi));
+}
+
+Test(metrics, min_trials_for_rate) {
+    cr_assert_eq(metrics_min_trials_for_rate(0.02), 189); /* 3.8415 * 0.98 / 0.02 = 188.2 */
+    cr_assert_eq(metrics_min_trials_for_rate(0.1), 35);   /* 34.6 */
+    cr_assert_eq(metrics_min_trials_for_rate(0.5), 4);    /* 3.84 */
+    cr_assert_eq(metrics_min_trials_for_rate(1), 1);
+    cr_assert_eq(metrics_min_trials_for_rate(0), SIZE_MAX);
+    /* at that n the upper bound of 0 events is below the rate, one fewer is not */
+    double lo, hi;
+    metrics_wilson(0, 189, &lo, &hi);
+    cr_assert_lt(hi, 0.02);
+    metrics_wilson(0, 188, &lo, &hi);
+    cr_assert_geq(hi, 0.02);
+}
+
+Test(metrics, margin_top_two) {
+    const double a[] = {0.2, 0.5, 0.3}, b[] = {0.5, 0.5}, c[] = {1.0}, d[] = {0.1, 0.1, 0.8};
+    cr_assert_float_eq(metrics_margin(a, 3), 0.2, 1e-12);
+    cr_assert_eq(metrics_margin(b, 2), 0.0);
+    cr_assert_eq(metrics_margin(c, 1), 1.0);
+    cr_assert_float_eq(metrics_margin(d, 3), 0.7, 1e-12);
+    cr_assert_eq(metrics_margin(NULL, 0), 0.0);
+}

@@ -126,6 +126,22 @@ static json_t *calibration_facts(const struct gguf *g) {
     return o;
 }
 
+/* Where a quantized file came from: tandem quantize --ladder's keys
+ * (tandem.quantize.*) and llama-quantize's own (quantize.imatrix.*); null
+ * when it has neither. */
+static json_t *provenance_facts(const struct gguf *g) {
+    json_t *o = keys_with_prefix(g, "tandem.quantize.");
+    json_t *imatrix = keys_with_prefix(g, "quantize.imatrix.");
+    if (json_object_size(imatrix))
+        json_object_set(o, "imatrix", imatrix);
+    json_decref(imatrix);
+    if (!json_object_size(o)) {
+        json_decref(o);
+        return json_null();
+    }
+    return o;
+}
+
 static json_t *vocab_size(const struct gguf *g) {
     enum gguf_type elem;
     uint64_t count;
@@ -146,7 +162,7 @@ static json_t *gather(const struct gguf *g, const char *path) {
     return json_pack(
         "{s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:o, s:o,"
         " s:{s:o, s:o, s:o, s:o, s:o, s:o, s:o},"
-        " s:{s:o, s:o}, s:{s:o, s:o}, s:o, s:o, s:o, s:o}",
+        " s:{s:o, s:o}, s:{s:o, s:o}, s:o, s:o, s:o, s:o, s:o}",
         "file", path, "file_size", (json_int_t)gguf_file_size(g), "gguf_version",
         (json_int_t)gguf_version(g), "alignment", (json_int_t)gguf_alignment(g),
         "architecture", *arch ? json_string(arch) : json_null(),
@@ -176,6 +192,7 @@ static json_t *gather(const struct gguf *g, const char *path) {
         "chat_templates", chat_templates(g),
         "decision", decision_facts(g, arch),
         "calibration", calibration_facts(g),
+        "provenance", provenance_facts(g),
         "sha256", json_null());
 }
 
@@ -322,6 +339,8 @@ static void print_human(const json_t *f) {
     else
         print_object_rows("decision", dec);
     print_calibration(json_object_get(f, "calibration"));
+    if (json_is_object(json_object_get(f, "provenance")))
+        print_object_rows("provenance", json_object_get(f, "provenance"));
     if (!json_is_null(json_object_get(f, "sha256")))
         print_row("sha256", json_object_get(f, "sha256"));
     print_tensor_bytes(json_object_get(f, "tensor_bytes_by_type"));

@@ -4,7 +4,8 @@
  * scripts/build-engine.sh installs beside llama-server (engine_locate_tool),
  * refuses to overwrite the input, runs the tool from an argv array (no
  * shell) with its output passed through, and then checks that the result
- * parses as GGUF. For options beyond these, run llama-quantize directly. */
+ * parses as GGUF. For options beyond these, run llama-quantize directly.
+ * With --ladder it hands over to cmd_ladder, which chooses the type. */
 #include "cli/cmd_quantize.h"
 
 #include <getopt.h>
@@ -12,12 +13,17 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/cmd_ladder.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "version.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tandem quantize IN.gguf OUT.gguf TYPE [--allow-requantize]\n"
+               "       tandem quantize SRC.gguf --ladder [TYPES] --data SET.jsonl [options]\n"
+               "\n"
+               "The second form chooses the smallest quantization that keeps SRC's decisions\n"
+               "and fits beside its partner: `tandem quantize --ladder --help` explains it.\n"
                "\n"
                "Runs the pinned engine's llama-quantize (installed beside llama-server by\n"
                "scripts/build-engine.sh) to write IN re-encoded as TYPE (Q8_0, Q4_0, Q4_K_M, ...;\n"
@@ -30,6 +36,9 @@ static void usage(FILE *f) {
 }
 
 int cmd_quantize_main(int argc, char **argv, const char *llama_server) {
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "--ladder") || !strncmp(argv[i], "--ladder=", 9))
+            return cmd_ladder_main(argc, argv, llama_server);
     static const struct option opts[] = {
         {"allow-requantize", no_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},

@@ -14,6 +14,7 @@
 #include "cli/cmd_eval.h"
 #include "cli/cmd_footprint.h"
 #include "cli/cmd_gguf.h"
+#include "cli/cmd_imatrix.h"
 #include "cli/cmd_inspect.h"
 #include "cli/cmd_mcp.h"
 #include "cli/cmd_plan.h"
@@ -48,7 +49,10 @@ static const struct command commands[] = {
     {"calibrate", "fit a decision model's temperatures on a dataset, write a calibrated copy",
      cmd_calibrate_main},
     {"drift", "compare two decision models answer by answer (KL, flips)", cmd_drift_main},
-    {"quantize", "re-encode a GGUF model with the engine's llama-quantize", cmd_quantize_main},
+    {"quantize", "re-encode a GGUF model; --ladder picks the type by its decisions",
+     cmd_quantize_main},
+    {"imatrix", "compute an importance matrix from decision requests, for quantizing",
+     cmd_imatrix_main},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

@@ -15,6 +15,7 @@
  * only system libraries), so it runs from wherever it is copied. */
 #include "engine/engine.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -321,12 +322,28 @@ tandem_err engine_locate_tool(const char *flag_path, int pinned_build, const cha
 }
 
 tandem_err engine_run_tool(char *const argv[], int *exit_code, char *err, size_t errlen) {
+    return engine_run_tool_logged(argv, NULL, exit_code, err, errlen);
+}
+
+tandem_err engine_run_tool_logged(char *const argv[], const char *log_path, int *exit_code,
+                                  char *err, size_t errlen) {
+    int log_fd = -1;
+    if (log_path && (log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
+        tandem_errmsg(err, errlen, "%s: cannot create: %s", log_path, strerror(errno));
+        return TANDEM_ERR_IO;
+    }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (log_fd >= 0) {
+        posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
+        posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
+    }
     pid_t pid;
     int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
+    if (log_fd >= 0)
+        close(log_fd);
     if (rc != 0) {
         tandem_errmsg(err, errlen, "%s: cannot run: %s", argv[0], strerror(rc));
         return TANDEM_ERR_SPAWN;
@@ -336,4 +353,96 @@ tandem_err engine_run_tool(char *const argv[], int *exit_code, char *err, size_t
     }
     *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return TANDEM_OK;
+}
+
+/* How much of a log's end is searched for the reason. */
+#define REASON_TAIL (64 * 1024)
+
+/* Whether line[0..n) comes from the crash handler's debugger, not the tool. */
+static bool debugger_line(const char *s, size_t n) {
+    static const char *const prefixes[] = {"#", "[Inferior", "[New LWP", "[Thread", "Using host",
+                                           "0x", "warning: process", "ptrace:", "No stack."};
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+        size_t k = strlen(prefixes[i]);
+        if (n >= k && !memcmp(s, prefixes[i], k))
+            return true;
+    }
+    /* gdb echoes source lines as "30\t../sysdeps/..." */
+    size_t d = 0;
+    while (d < n && isdigit((unsigned char)s[d]))
+        d++;
+    return d > 0 && d < n && s[d] == '\t';
+}
+
+/* Whether line[0..n) says what went wrong. */
+static bool error_line(const char *s, size_t n) {
+    static const char *const marks[] = {"GGML_ASSERT", "error", "failed", " E "};
+    for (size_t i = 0; i < sizeof marks / sizeof *marks; i++)
+        if (memmem(s, n, marks[i], strlen(marks[i])))
+            return true;
+    return false;
+}
+
+/* Copies line[0..n) into out[cap] without the timestamp and level prefix
+ * ("0.00.335.245 E ") and with a leading source path cut to its file name. */
+static void clean_line(const char *s, size_t n, char *out, size_t cap) {
+    size_t i = 0;
+    while (i < n && (isdigit((unsigned char)s[i]) || s[i] == '.'))
+        i++;
+    if (i > 0 && i + 2 < n && s[i] == ' ' && isupper((unsigned char)s[i + 1]) && s[i + 2] == ' ')
+        s += i + 3, n -= i + 3;
+    const char *colon = memchr(s, ':', n);
+    if (n && s[0] == '/' && colon) {
+        const char *base = s;
+        for (const char *q = s; q < colon; q++)
+            if (*q == '/')
+                base = q + 1;
+        n -= (size_t)(base - s);
+        s = base;
+    }
+    while (n && (s[n - 1] == '\r' || s[n - 1] == ' '))
+        n--;
+    snprintf(out, cap, "%.*s", (int)(n < 4096 ? n : 4096), s);
+}
+
+void engine_log_reason(const char *text, size_t len, char *out, size_t cap) {
+    const char *best = NULL, *last = NULL;
+    size_t best_n = 0, last_n = 0;
+    for (size_t at = 0; at < len;) {
+        const char *s = text + at, *nl = memchr(s, '\n', len - at);
+        size_t n = nl ? (size_t)(nl - s) : len - at;
+        at += n + 1;
+        size_t lead = 0;
+        while (lead < n && isspace((unsigned char)s[lead]))
+            lead++;
+        if (lead == n || debugger_line(s + lead, n - lead))
+            continue;
+        last = s + lead, last_n = n - lead;
+        if (error_line(last, last_n))
+            best = last, best_n = last_n;
+    }
+    if (!best)
+        best = last, best_n = last_n;
+    if (cap)
+        out[0] = '\0';
+    if (best && cap)
+        clean_line(best, best_n, out, cap);
+}
+
+void engine_log_file_reason(const char *log_path, char *out, size_t cap) {
+    if (cap)
+        out[0] = '\0';
+    FILE *f = fopen(log_path, "rb");
+    if (!f)
+        return;
+    char *tail = mem_alloc(REASON_TAIL);
+    size_t n = 0;
+    if (tail && fseek(f, 0, SEEK_END) == 0) {
+        long size = ftell(f);
+        fseek(f, size > REASON_TAIL ? size - REASON_TAIL : 0, SEEK_SET);
+        n = fread(tail, 1, REASON_TAIL, f);
+    }
+    fclose(f);
+    engine_log_reason(tail ? tail : "", n, out, cap);
+    mem_free(tail);
 }

@@ -125,4 +125,20 @@ tandem_err engine_locate_tool(const char *flag_path, int pinned_build, const cha
  * start, with err[errlen] (optional) saying why. */
 tandem_err engine_run_tool(char *const argv[], int *exit_code, char *err, size_t errlen);
 
+/* As engine_run_tool, with stdout and stderr written to the file log_path
+ * (created or truncated, mode 0600) instead; NULL = inherited. Returns
+ * TANDEM_ERR_IO when the log cannot be created. */
+tandem_err engine_run_tool_logged(char *const argv[], const char *log_path, int *exit_code,
+                                  char *err, size_t errlen);
+
+/* Writes into out[cap] the line of a tool's or engine's log text[0..len) that best says
+ * why the tool stopped: the last "GGML_ASSERT"/"error"/"failed" line, else
+ * the last non-empty line that is not from the crash handler's debugger
+ * backtrace; its timestamp and level prefix ("0.00.335.245 E ") removed and
+ * a source path cut to its file name. "" when there is none. */
+void engine_log_reason(const char *text, size_t len, char *out, size_t cap);
+
+/* engine_log_reason() of the file at log_path ("" when unreadable). */
+void engine_log_file_reason(const char *log_path, char *out, size_t cap);
+
 #endif

@@ -6,6 +6,10 @@
  * is sent, with "file:line: field: reason". The state and questions are kept
  * as jansson references and sent as written; only what scoring needs (option
  * keys, gold index, target distribution) is extracted into plain arrays.
+ * An audit log kept with logs.bodies loads the same way: each served
+ * /v1/systemone request becomes a case (id = request_id), through the same
+ * line validation. evalset_split() is the seeded calibration/held-out split,
+ * a pure function of (seed, case id, share).
  * Invariant: a case in a loaded set is fully valid, and every question's
  * gold index (when has_gold) is < n_options. */
 #include "eval/evalset.h"
@@ -18,6 +22,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/rng.h"
 
 /* How far a target distribution's sum may stray from 1. */
 #define TARGET_SUM_TOLERANCE 1e-6
@@ -469,6 +474,7 @@ static bool blank(const char *s, size_t n) {
 struct id_ref {
     const char *id;
     size_t line;
+    size_t index; /* into the set's cases */
 };
 
 static int id_ref_cmp(const void *a, const void *b) {
@@ -485,7 +491,7 @@ static tandem_err check_unique_ids(const struct evalset *s, struct report *r) {
     if (!refs)
         return TANDEM_ERR_NOMEM;
     for (size_t i = 0; i < s->n_cases; i++)
-        refs[i] = (struct id_ref){s->cases[i].id, s->cases[i].line};
+        refs[i] = (struct id_ref){s->cases[i].id, s->cases[i].line, i};
     qsort(refs, s->n_cases, sizeof *refs, id_ref_cmp);
     size_t first = 0;
     for (size_t i = 1; i < s->n_cases; i++) {
@@ -502,85 +508,311 @@ static tandem_err check_unique_ids(const struct evalset *s, struct report *r) {
     return TANDEM_OK;
 }
 
-tandem_err evalset_load(const char *path, struct evalset **out, char *err, size_t errlen) {
-    *out = NULL;
-    FILE *f = fopen(path, "r");
-    if (!f) {
+/* How one line becomes a case: TANDEM_OK with the case in *c, TANDEM_ERR_FORMAT
+ * with msg saying why, TANDEM_ERR_NOTFOUND for a line that holds no case (an
+ * audit line skipped), or TANDEM_ERR_NOMEM. evalset_parse_line is one. */
+typedef tandem_err (*line_fn)(const char *file, size_t line, const char *text, size_t len,
+                              struct evalset_case *c, char *msg, size_t msglen);
+
+/* What one load did besides its cases. */
+struct load_state {
+    struct report r;
+    size_t lineno;
+    size_t skipped; /* lines line_fn said hold no case */
+};
+
+/* Adds the case of one line (already read into text[len]) to s through parse. */
+static tandem_err load_line(struct evalset *s, size_t *cap, line_fn parse, const char *text,
+                            size_t len, struct load_state *st, char *err, size_t errlen) {
+    if (s->n_cases >= EVALSET_MAX_CASES) {
+        tandem_errmsg(err, errlen, "%s:%zu: more than %u cases", s->path, st->lineno,
+                      EVALSET_MAX_CASES);
+        return TANDEM_ERR_TOOBIG;
+    }
+    tandem_err e = mem_array_grow((void **)&s->cases, cap, s->n_cases + 1, sizeof *s->cases,
+                                  SIZE_MAX);
+    if (e)
+        return e;
+    struct evalset_case *c = &s->cases[s->n_cases];
+    char msg[1024];
+    e = parse(s->path, st->lineno, text, len, c, msg, sizeof msg);
+    if (e == TANDEM_ERR_FORMAT)
+        report_add(&st->r, msg);
+    if (e == TANDEM_ERR_NOTFOUND)
+        st->skipped++;
+    if (e == TANDEM_ERR_FORMAT || e == TANDEM_ERR_NOTFOUND)
+        return TANDEM_OK;
+    if (e)
+        return e;
+    s->n_cases++;
+    s->n_questions += c->n_questions;
+    for (size_t i = 0; i < c->n_questions; i++)
+        s->n_gold += c->q[i].has_gold;
+    return TANDEM_OK;
+}
+
+/* Reads every line of f into s through parse, until the end, an error, or
+ * too many bad lines. */
+static tandem_err load_lines(FILE *f, struct evalset *s, line_fn parse, struct load_state *st,
+                             char *err, size_t errlen) {
+    struct mem_buf line;
+    mem_buf_init(&line, EVALSET_MAX_LINE);
+    size_t cap = 0;
+    tandem_err e = TANDEM_OK;
+    while (!e && st->r.n_bad < EVALSET_MAX_REPORTED_ERRORS) {
+        bool eof, too_long;
+        if ((e = read_line(f, &line, &eof, &too_long)) || eof)
+            break;
+        st->lineno++;
+        if (too_long) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s:%zu: line longer than %u bytes", s->path, st->lineno,
+                     EVALSET_MAX_LINE);
+            report_add(&st->r, msg);
+        } else if (!blank(line.data ? line.data : "", line.len)) {
+            e = load_line(s, &cap, parse, line.data, line.len, st, err, errlen);
+        }
+    }
+    mem_buf_deinit(&line);
+    return e;
+}
+
+/* Turns a load's outcome into its return code and message. */
+static tandem_err load_finish(const char *path, tandem_err e, struct load_state *st, char *err,
+                              size_t errlen) {
+    if (!e && st->r.n_bad) {
+        if (st->r.n_bad >= EVALSET_MAX_REPORTED_ERRORS) {
+            char more[96];
+            int n = snprintf(more, sizeof more, "\n%s: stopped after %d bad lines", path,
+                             EVALSET_MAX_REPORTED_ERRORS);
+            mem_buf_append(&st->r.msgs, more, n > 0 ? strlen(more) : 0);
+        }
+        tandem_errmsg(err, errlen, "%s", st->r.msgs.data ? st->r.msgs.data : "");
+        return TANDEM_ERR_FORMAT;
+    }
+    if (e == TANDEM_ERR_NOMEM)
+        tandem_errmsg(err, errlen, "%s: out of memory", path);
+    else if (e == TANDEM_ERR_IO)
+        tandem_errmsg(err, errlen, "%s:%zu: read error", path, st->lineno);
+    return e;
+}
+
+/* Opens path and a new set for it; *f and *out are set on success. */
+static tandem_err load_open(const char *path, FILE **f, struct evalset **out, char *err,
+                            size_t errlen) {
+    *f = fopen(path, "r");
+    if (!*f) {
         tandem_errmsg(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return TANDEM_ERR_IO;
     }
     struct evalset *s = mem_calloc(1, sizeof *s);
-    struct report r = {0};
-    mem_buf_init(&r.msgs, 64 * 1024);
-    struct mem_buf line;
-    mem_buf_init(&line, EVALSET_MAX_LINE);
-    size_t cap = 0, lineno = 0;
-    tandem_err e = s && (s->path = mem_strdup(path)) ? TANDEM_OK : TANDEM_ERR_NOMEM;
-    while (!e && r.n_bad < EVALSET_MAX_REPORTED_ERRORS) {
-        bool eof, too_long;
-        if ((e = read_line(f, &line, &eof, &too_long)) || eof)
-            break;
-        lineno++;
-        char msg[1024];
-        if (too_long) {
-            snprintf(msg, sizeof msg, "%s:%zu: line longer than %u bytes", path, lineno,
-                     EVALSET_MAX_LINE);
-            report_add(&r, msg);
-            continue;
-        }
-        if (blank(line.data ? line.data : "", line.len))
-            continue;
-        if (s->n_cases >= EVALSET_MAX_CASES) {
-            tandem_errmsg(err, errlen, "%s:%zu: more than %u cases", path, lineno,
-                          EVALSET_MAX_CASES);
-            e = TANDEM_ERR_TOOBIG;
-            break;
-        }
-        if ((e = mem_array_grow((void **)&s->cases, &cap, s->n_cases + 1, sizeof *s->cases,
-                                SIZE_MAX)))
-            break;
-        struct evalset_case *c = &s->cases[s->n_cases];
-        e = evalset_parse_line(path, lineno, line.data, line.len, c, msg, sizeof msg);
-        if (e == TANDEM_ERR_FORMAT) {
-            report_add(&r, msg);
-            e = TANDEM_OK;
-            continue;
-        }
-        if (e)
-            break;
-        s->n_cases++;
-        s->n_questions += c->n_questions;
-        for (size_t i = 0; i < c->n_questions; i++)
-            s->n_gold += c->q[i].has_gold;
+    if (!s || !(s->path = mem_strdup(path))) {
+        mem_free(s);
+        fclose(*f);
+        tandem_errmsg(err, errlen, "%s: out of memory", path);
+        return TANDEM_ERR_NOMEM;
     }
+    *out = s;
+    return TANDEM_OK;
+}
+
+tandem_err evalset_load(const char *path, struct evalset **out, char *err, size_t errlen) {
+    *out = NULL;
+    FILE *f;
+    struct evalset *s;
+    tandem_err e = load_open(path, &f, &s, err, errlen);
+    if (e)
+        return e;
+    struct load_state st = {0};
+    mem_buf_init(&st.r.msgs, 64 * 1024);
+    e = load_lines(f, s, evalset_parse_line, &st, err, errlen);
     fclose(f);
-    if (!e && r.n_bad == 0 && s->n_cases == 0) {
+    if (!e && st.r.n_bad == 0 && s->n_cases == 0) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s: no cases (the file is empty or only blank lines)", path);
-        report_add(&r, msg);
+        report_add(&st.r, msg);
     }
-    if (!e && r.n_bad < EVALSET_MAX_REPORTED_ERRORS)
-        e = check_unique_ids(s, &r);
-    if (!e && r.n_bad) {
-        if (r.n_bad >= EVALSET_MAX_REPORTED_ERRORS) {
-            char more[96];
-            int n = snprintf(more, sizeof more, "\n%s: stopped after %d bad lines", path,
-                             EVALSET_MAX_REPORTED_ERRORS);
-            mem_buf_append(&r.msgs, more, n > 0 ? strlen(more) : 0);
-        }
-        tandem_errmsg(err, errlen, "%s", r.msgs.data ? r.msgs.data : "");
-        e = TANDEM_ERR_FORMAT;
-    } else if (e == TANDEM_ERR_NOMEM) {
-        tandem_errmsg(err, errlen, "%s: out of memory", path);
-    } else if (e == TANDEM_ERR_IO) {
-        tandem_errmsg(err, errlen, "%s:%zu: read error", path, lineno);
-    }
-    mem_buf_deinit(&line);
-    mem_buf_deinit(&r.msgs);
+    if (!e && st.r.n_bad < EVALSET_MAX_REPORTED_ERRORS)
+        e = check_unique_ids(s, &st.r);
+    e = load_finish(path, e, &st, err, errlen);
+    mem_buf_deinit(&st.r.msgs);
     if (e) {
         evalset_free(s);
         return e;
     }
     *out = s;
     return TANDEM_OK;
+}
+
+/* --- audit logs ------------------------------------------------------------------ */
+
+/* One audit line into a case (a line_fn): TANDEM_ERR_NOTFOUND for lines that
+ * hold no usable /v1/systemone request. */
+static tandem_err audit_parse_line(const char *file, size_t line, const char *text, size_t len,
+                                   struct evalset_case *c, char *msg, size_t msglen) {
+    json_error_t je;
+    json_t *rec = json_loadb(text, len, 0, &je);
+    if (!json_is_object(rec)) {
+        snprintf(msg, msglen, "%s:%zu: not an audit record (a JSON object): %s", file, line,
+                 rec ? "another JSON value" : je.text);
+        json_decref(rec);
+        return TANDEM_ERR_FORMAT;
+    }
+    const char *route = json_string_value(json_object_get(rec, "route"));
+    const char *id = json_string_value(json_object_get(rec, "request_id"));
+    const char *body = json_string_value(json_object_get(rec, "request_body"));
+    json_int_t status = json_integer_value(json_object_get(rec, "status"));
+    bool served = route && !strcmp(route, "systemone") && id && *id && body && status >= 200 &&
+                  status < 300;
+    json_t *req = served ? json_loads(body, 0, NULL) : NULL, *as_case = NULL;
+    char *dumped = NULL;
+    tandem_err e = TANDEM_ERR_NOTFOUND;
+    if (json_is_object(req)) {
+        as_case = json_pack("{s:s, s:O?, s:O?}", "id", id, "state", json_object_get(req, "state"),
+                            "questions", json_object_get(req, "questions"));
+        dumped = as_case ? json_dumps(as_case, JSON_COMPACT) : NULL;
+        e = dumped ? evalset_parse_line(file, line, dumped, strlen(dumped), c, msg, msglen)
+                   : TANDEM_ERR_NOMEM;
+        if (e == TANDEM_ERR_FORMAT)
+            e = TANDEM_ERR_NOTFOUND; /* served, but not a case this loader can keep */
+    }
+    free(dumped);
+    json_decref(as_case);
+    json_decref(req);
+    json_decref(rec);
+    return e;
+}
+
+/* Drops every case whose id an earlier line used (a retried request); adds
+ * them to *skipped. */
+static tandem_err drop_repeated_ids(struct evalset *s, size_t *skipped) {
+    if (s->n_cases < 2)
+        return TANDEM_OK;
+    struct id_ref *refs = mem_alloc_array(s->n_cases, sizeof *refs);
+    bool *drop = mem_calloc(s->n_cases, sizeof *drop);
+    if (!refs || !drop) {
+        mem_free(refs);
+        mem_free(drop);
+        return TANDEM_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < s->n_cases; i++)
+        refs[i] = (struct id_ref){s->cases[i].id, s->cases[i].line, i};
+    qsort(refs, s->n_cases, sizeof *refs, id_ref_cmp);
+    for (size_t i = 1; i < s->n_cases; i++)
+        drop[refs[i].index] = !strcmp(refs[i].id, refs[i - 1].id);
+    size_t kept = 0;
+    for (size_t i = 0; i < s->n_cases; i++) {
+        struct evalset_case *c = &s->cases[i];
+        if (!drop[i]) {
+            s->cases[kept++] = *c;
+            continue;
+        }
+        s->n_questions -= c->n_questions;
+        evalset_case_deinit(c);
+        ++*skipped;
+    }
+    s->n_cases = kept;
+    mem_free(refs);
+    mem_free(drop);
+    return TANDEM_OK;
+}
+
+tandem_err evalset_load_audit(const char *path, struct evalset **out, size_t *skipped, char *err,
+                              size_t errlen) {
+    *out = NULL;
+    FILE *f;
+    struct evalset *s;
+    tandem_err e = load_open(path, &f, &s, err, errlen);
+    if (e)
+        return e;
+    struct load_state st = {0};
+    mem_buf_init(&st.r.msgs, 64 * 1024);
+    e = load_lines(f, s, audit_parse_line, &st, err, errlen);
+    fclose(f);
+    if (!e && !st.r.n_bad)
+        e = drop_repeated_ids(s, &st.skipped);
+    if (!e && st.r.n_bad == 0 && s->n_cases == 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "%s: no /v1/systemone request with its body among %zu line(s) (bodies are "
+                 "logged only with logs.bodies: true)", path, st.lineno);
+        report_add(&st.r, msg);
+    }
+    e = load_finish(path, e, &st, err, errlen);
+    mem_buf_deinit(&st.r.msgs);
+    if (e) {
+        evalset_free(s);
+        return e;
+    }
+    if (skipped)
+        *skipped = st.skipped;
+    *out = s;
+    return TANDEM_OK;
+}
+
+tandem_err evalset_detect_audit(const char *path, bool *is_audit, char *err, size_t errlen) {
+    *is_audit = false;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        tandem_errmsg(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return TANDEM_ERR_IO;
+    }
+    struct mem_buf line;
+    mem_buf_init(&line, EVALSET_MAX_LINE);
+    bool eof = false, too_long = false;
+    tandem_err e = TANDEM_OK;
+    while (!(e = read_line(f, &line, &eof, &too_long)) && !eof && !too_long &&
+           blank(line.data ? line.data : "", line.len)) {
+    }
+    fclose(f);
+    if (e) {
+        tandem_errmsg(err, errlen, "%s: read error", path);
+    } else if (!eof && !too_long) {
+        json_t *first = json_loadb(line.data, line.len, 0, NULL);
+        *is_audit = json_is_object(first) && json_object_get(first, "request_id") &&
+                    json_object_get(first, "route");
+        json_decref(first);
+    }
+    mem_buf_deinit(&line);
+    return e;
+}
+
+tandem_err evalset_load_any(const char *path, struct evalset **out, size_t *skipped, char *err,
+                            size_t errlen) {
+    bool audit;
+    *out = NULL;
+    if (skipped)
+        *skipped = 0;
+    tandem_err e = evalset_detect_audit(path, &audit, err, errlen);
+    if (e)
+        return e;
+    return audit ? evalset_load_audit(path, out, skipped, err, errlen)
+                 : evalset_load(path, out, err, errlen);
+}
+
+/* --- the calibration split ------------------------------------------------------- */
+
+/* 64-bit FNV-1a of the NUL-terminated s. */
+static uint64_t fnv1a64(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ull;
+    return h;
+}
+
+bool evalset_split_case(const char *id, uint64_t seed, double calibration_share) {
+    if (!(calibration_share > 0))
+        return false;
+    if (calibration_share >= 1)
+        return true;
+    uint64_t u = rng_mix64(fnv1a64(id) + rng_mix64(seed));
+    return (double)(u >> 11) * 0x1.0p-53 < calibration_share;
+}
+
+size_t evalset_split(const struct evalset *s, uint64_t seed, double calibration_share,
+                     bool *calibration) {
+    size_t n = 0;
+    for (size_t i = 0; i < s->n_cases; i++)
+        n += calibration[i] = evalset_split_case(s->cases[i].id, seed, calibration_share);
+    return n;
 }

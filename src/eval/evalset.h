@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/err.h"
 
@@ -82,5 +83,54 @@ tandem_err evalset_load(const char *path, struct evalset **out, char *err, size_
 
 /* Releases the set and everything in it. evalset_free(NULL) is a no-op. */
 void evalset_free(struct evalset *s);
+
+/* Loads the /v1/systemone requests of a tandem audit log (serve/audit.c, kept
+ * with logs.bodies on) as a set, like evalset_load(): one case per JSONL line
+ * whose "route" is "systemone", whose "status" is 2xx and whose
+ * "request_body" holds the request as JSON text; the case's id is the line's
+ * "request_id", its state and questions the body's (no gold). Lines of other
+ * routes, failed requests, lines without a body, and bodies that do not make
+ * a valid case (cut at the log's body limit, say) are skipped and counted in
+ * *skipped (output, optional); a later line with an id already used (a
+ * retried request) is skipped too. A line that is not a JSON object is an
+ * error ("file:line: reason"). At least one case is required: a log with
+ * none says why (no bodies: logs.bodies is off). Ownership and errors as
+ * evalset_load(). */
+tandem_err evalset_load_audit(const char *path, struct evalset **out, size_t *skipped, char *err,
+                              size_t errlen);
+
+/* Whether the JSONL file at path is an audit log rather than an eval set:
+ * its first non-blank line is a JSON object with the keys "request_id" and
+ * "route". *is_audit (output) is false for an empty file or a first line
+ * that is not an object (evalset_load() then says what is wrong). Returns
+ * TANDEM_ERR_IO (err says why) when path cannot be read. */
+tandem_err evalset_detect_audit(const char *path, bool *is_audit, char *err, size_t errlen);
+
+/* Loads path as an audit log or an eval set, told apart by
+ * evalset_detect_audit(); *skipped (output, optional) counts the audit lines
+ * that gave no case (0 for an eval set). Ownership and errors as
+ * evalset_load(). */
+tandem_err evalset_load_any(const char *path, struct evalset **out, size_t *skipped, char *err,
+                            size_t errlen);
+
+/* The seeded split of a set into calibration cases and held-out cases, shared
+ * by `tandem imatrix` (which renders only the calibration cases) and the
+ * quantization ladder (which judges only the held-out ones), so that no rung
+ * is judged on the text that shaped its importance matrix.
+ *
+ * Case i goes to calibration (calibration[i] = true, an output array of
+ * s->n_cases) when u(seed, id) < calibration_share, where u is a uniform
+ * number in [0, 1) drawn from the case's id alone: the 64-bit FNV-1a hash of
+ * the id's bytes, plus splitmix64(seed), through splitmix64, top 53 bits. So
+ * a case's side depends only on (seed, id, share): the split is a pure
+ * function, stable when cases are added, removed or reordered, and about
+ * calibration_share of the cases go to calibration. A share >= 1 takes every
+ * case, <= 0 (or NaN) none. Returns the number of calibration cases. */
+size_t evalset_split(const struct evalset *s, uint64_t seed, double calibration_share,
+                     bool *calibration);
+
+/* Whether the case id goes to calibration under (seed, calibration_share):
+ * the per-case rule of evalset_split(). */
+bool evalset_split_case(const char *id, uint64_t seed, double calibration_share);
 
 #endif

@@ -276,6 +276,40 @@ size_t metrics_min_answers_for_precision(double target) {
     return (size_t)ceil(log(0.05) / log(target) - 1e-9);
 }
 
+void metrics_wilson(size_t k, size_t n, double *lo, double *hi) {
+    if (n == 0) {
+        *lo = *hi = NAN;
+        return;
+    }
+    const double z2 = METRICS_Z95 * METRICS_Z95, nn = (double)n, rate = (double)k / nn;
+    const double centre = rate + z2 / (2 * nn);
+    const double spread = METRICS_Z95 * sqrt(rate * (1 - rate) / nn + z2 / (4 * nn * nn));
+    const double scale = 1 + z2 / nn;
+    *lo = fmax(0, (centre - spread) / scale);
+    *hi = fmin(1, (centre + spread) / scale);
+}
+
+size_t metrics_min_trials_for_rate(double max_rate) {
+    if (!(max_rate > 0))
+        return SIZE_MAX;
+    if (max_rate >= 1)
+        return 1;
+    return (size_t)floor(METRICS_Z95 * METRICS_Z95 * (1 - max_rate) / max_rate) + 1;
+}
+
+double metrics_margin(const double *p, size_t n) {
+    double first = 0, second = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] > first) {
+            second = first;
+            first = p[i];
+        } else if (p[i] > second) {
+            second = p[i];
+        }
+    }
+    return first - second;
+}
+
 /* The chi-square survival function is the regularized upper incomplete gamma
  * function Q(a, x) = Gamma(a, x) / Gamma(a), a = df/2, x = chi2/2; the
  * expansions are those of Numerical Recipes' gser and gcf. */

@@ -176,6 +176,26 @@ double metrics_stat_threshold(struct metrics_answer *a, size_t n, void *arg);
  * 59 for 0.95, 29 for 0.9, 14 for 0.8. 1 for target <= 0, SIZE_MAX for >= 1. */
 size_t metrics_min_answers_for_precision(double target);
 
+/* --- flip rates: binomial intervals ---------------------------------------------------- */
+
+/* The two-sided 95% normal quantile the intervals below use. */
+#define METRICS_Z95 1.959963984540054
+
+/* The Wilson score 95% interval of a rate of k events in n trials:
+ * (k/n + z^2/2n -+ z sqrt(k(n-k)/n^3 + z^2/4n^2)) / (1 + z^2/n), z = METRICS_Z95,
+ * clamped to [0, 1]. Writes lo and hi; both NaN when n is 0. */
+void metrics_wilson(size_t k, size_t n, double *lo, double *hi);
+
+/* Returns the fewest trials n whose Wilson 95% upper bound at zero events,
+ * z^2 / (n + z^2), is below max_rate: floor(z^2 (1 - max_rate) / max_rate) + 1
+ * (189 for 0.02, 35 for 0.1). 1 for max_rate >= 1, SIZE_MAX for max_rate <= 0. */
+size_t metrics_min_trials_for_rate(double max_rate);
+
+/* Returns the top-two margin of a distribution: its largest probability minus
+ * its second largest (the largest itself when n is 1, 0 when n is 0). An
+ * answer with a small margin flips on rounding alone. */
+double metrics_margin(const double *p, size_t n);
+
 /* --- chi-square test ------------------------------------------------------------------- */
 
 /* Returns the chi-square survival function P(X >= x) for df degrees of

@@ -697,6 +697,12 @@ static tandem_err write_tensor_data(struct out *o, const struct gguf_edit *edit,
         else
             write_generated(o, &t, row);
     }
+    /* the last tensor is padded too: ggml's reader loads the data section as
+     * the sum of every tensor's padded size (gguf.cpp, ctx->size) when it
+     * reads the data (llama-quantize's --imatrix does), and refuses a file
+     * that ends short of it */
+    if (out_tensor_count(edit))
+        out_pad(o, base + align_up(o->pos - base, alignment));
     mem_free(row);
     return TANDEM_OK;
 }

@@ -10,6 +10,7 @@ and clearly larger for the second. (k-quants such as Q3_K do not fit
 SmolLM2's 576-wide rows, so llama-quantize would fall back on most tensors.)
 """
 import json
+import math
 import subprocess
 
 import pytest
@@ -106,3 +107,49 @@ def test_drift_table(tandem_bin, servers, tmp_path):
     assert "ref : http://127.0.0.1:" in text and "cand: http://127.0.0.1:" in text
     assert "overall" in text and "worst questions by KL:" in text
     assert "(KL(ref || cand) in nats" in text
+
+
+def test_drift_counts_flips_where_the_reference_was_sure(tandem_bin, servers):
+    """--margin: the flips among answers whose top-two margin in the reference is
+    at least M, with Wilson 95% intervals; a near-tie flips on rounding alone."""
+    z = 1.959963984540054
+
+    def wilson(k, n):
+        p = k / n
+        c, h = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+        return [max(0.0, (c - h) / (1 + z * z / n)), min(1.0, (c + h) / (1 + z * z / n))]
+
+    s = drift(tandem_bin, servers["q4_1"], servers["q4_0"])
+    assert s["margin"] == 0.1 and s["repeat"] == 1 and s["unstable"] == 0
+    sure = [r for r in s["results"] if r["sure"]]
+    assert s["sure_compared"] == len(sure) and 0 < len(sure) < s["compared"]
+    assert s["sure_flips"] == sum(not r["agree"] for r in sure) <= s["flips"]
+    assert s["flip_ci95"] == pytest.approx(wilson(s["flips"], s["compared"]), abs=1e-9)
+    assert s["sure_ci95"] == pytest.approx(wilson(s["sure_flips"], len(sure)), abs=1e-9)
+    # for two options (noul) the top-two margin is 2 p_top - 1
+    for r in s["results"]:
+        if r["type"] == "noul":
+            assert r["sure"] == (abs(2 * r["ref_p"] - 1) >= 0.1 - 1e-12), r
+    every = drift(tandem_bin, servers["q4_1"], servers["q4_0"], "--margin", "0")
+    assert every["sure_compared"] == every["compared"] and every["sure_flips"] == every["flips"]
+    none = drift(tandem_bin, servers["q4_1"], servers["q4_0"], "--margin", "1")
+    assert none["sure_compared"] == 0 and none["sure_ci95"] is None
+
+
+def test_drift_repeat_measures_the_noise(tandem_bin, servers, tmp_path):
+    data = tmp_path / "few.jsonl"
+    data.write_text("\n".join(SHIPPED.read_text().splitlines()[:6]) + "\n")
+    out = tandem(tandem_bin, "drift", "--ref", servers["q4_1"].url, "--cand",
+                 servers["q4_0"].url, "--data", str(data), "--repeat", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
+    assert s["repeat"] == 3 and s["ref_noise"]["compared"] == s["compared"]
+    assert s["ref_noise"]["flips"] == 0, "one engine answers a repeat alike"
+    for r in s["results"]:
+        assert r["flipped_repeats"] in (0, 3), "the engine is deterministic"
+        assert r["agree"] == (r["flipped_repeats"] == 0)
+    table = tandem(tandem_bin, "drift", "--ref", servers["q4_1"].url, "--cand",
+                   servers["q4_0"].url, "--data", str(data), "--repeat", "2").stdout
+    assert "flips where the reference was sure (top-two margin >= 0.1): " in table
+    assert "the reference against itself (noise): 0 of" in table
+    assert "unstable (changed in some repeats, not most): 0" in table

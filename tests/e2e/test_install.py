@@ -25,6 +25,7 @@ FILES = {
     "usr/local/bin/tandem",
     "usr/local/libexec/tandem/llama-server",
     "usr/local/libexec/tandem/llama-quantize",
+    "usr/local/libexec/tandem/llama-imatrix",
     "usr/local/libexec/tandem/BUILD-INFO",
     "usr/local/lib/systemd/system/tandem.service",
     "usr/local/share/doc/tandem/serve.md",
@@ -88,7 +89,7 @@ def test_install_lays_out_bin_engine_unit_and_config(installed, tandem_bin, engi
                                   "usr/local/share/doc/tandem/examples", "usr/local/etc/tandem"}
     lib = installed / "usr/local/libexec/tandem"
     assert filecmp.cmp(installed / "usr/local/bin/tandem", Path(tandem_bin).resolve(), shallow=False)
-    for name in ("llama-server", "llama-quantize"):
+    for name in ("llama-server", "llama-quantize", "llama-imatrix"):
         assert filecmp.cmp(lib / name, engine_dir / "bin" / name, shallow=False)
         assert os.access(lib / name, os.X_OK)
     assert os.access(installed / "usr/local/bin/tandem", os.X_OK)

@@ -1,0 +1,785 @@
+/* cmd_imatrix.c: `tandem imatrix`, an importance matrix computed from the
+ * user's own decision requests by the pinned engine's llama-imatrix.
+ *
+ * The text must be what the model reads in service, so tandem does not
+ * render it: the engine does. One llama-server is started for the model on
+ * the CPU, one slot, with LLAMA_SERVER_SLOTS_DEBUG=1, under which GET /slots
+ * shows each slot's last task's prompt detokenized with its special tokens
+ * (tools/server/server-context.cpp, server_slot::to_json). Each question of
+ * each selected case is sent alone as a /v1/systemone request, so the
+ * prompt in slot 0 afterwards is exactly that question's (the chat template
+ * `tokenizer.chat_template.systemone` and the per-type rules of
+ * server-decision.cpp, after kev's escaping and laya's trimming). The prompts,
+ * each followed by "\n", make the text; /tokenize on the same server counts
+ * its tokens, which picks the chunk (engine_imatrix_chunk). The server is
+ * stopped, llama-imatrix runs (engine_imatrix.c has its flags and why), and
+ * its matrix is copied into the output with imatrix.datasets naming the
+ * data (the tool records its temporary text file) and tandem.imatrix.*
+ * provenance, through gguf_edit_write's temporary file and rename.
+ *
+ * Flow: check model -> locate tools -> temp dir -> start server -> render
+ * each prompt -> count tokens -> stop server -> llama-imatrix -> write out
+ * -> remove the temp dir (always). No step leaves a file outside the temp
+ * dir unless the whole build succeeded. */
+#include "cli/cmd_imatrix.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/host.h"
+#include "base/mem.h"
+#include "engine/engine.h"
+#include "engine/engine_child.h"
+#include "engine/engine_imatrix.h"
+#include "eval/s1client.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_edit.h"
+#include "plan/plan.h"
+#include "version.h"
+
+/* The render server's context: enough for any decision prompt we have seen,
+ * without a KV cache sized for a 32k-token training context. */
+#define RENDER_CTX_MAX 8192u
+#define RENDER_READY_MS 300000
+#define RENDER_REQUEST_MS 600000
+#define RENDER_STOP_MS 5000
+/* The most text one build renders. */
+#define TEXT_MAX (256u << 20)
+/* Texts up to this size are tokenized to count; larger ones hold far more
+ * than the two chunks llama-imatrix needs. */
+#define TOKENIZE_MAX (1u << 20)
+
+/* The state of one build. */
+struct build {
+    const struct imatrix_params *p;
+    struct imatrix_stats st;
+    char *err;
+    size_t errlen;
+    const char *model_name;  /* the model's file name, for messages */
+    struct plan_model *m;
+    bool add_eos;            /* tokenizer.ggml.add_eos_token */
+    char server[4096], tool[4096];
+    char dir[4096];          /* the temp dir; "" until made */
+    char text_path[4300], server_log[4300], tool_log[4300], tool_out[4300];
+    struct engine_child *child;
+    struct s1client *decide, *slots, *tokenize;
+    int64_t last_task;       /* slot 0's id_task after the previous prompt */
+    struct mem_buf text;
+};
+
+struct imatrix_params imatrix_default_params(void) {
+    return (struct imatrix_params){.split_seed = IMATRIX_DEFAULT_SEED};
+}
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static void progress(const struct build *b, const char *phase, size_t done, size_t total) {
+    if (b->p->progress)
+        b->p->progress(b->p->progress_user, phase, done, total);
+}
+
+/* --- the model ------------------------------------------------------------------- */
+
+/* Checks that the model is a decision model the engine can render requests
+ * for, and reads what the run needs from it. */
+static tandem_err check_model(struct build *b) {
+    const char *path = b->p->model;
+    tandem_err e = plan_model_open(path, &b->m, b->err, b->errlen);
+    if (e)
+        return e == TANDEM_ERR_UNSUPPORTED ? TANDEM_ERR_FORMAT : e;
+    if (!plan_model_decision_type(b->m)[0]) {
+        tandem_errmsg(b->err, b->errlen, "%s: not a decision model (no %s.decision.type); "
+                      "an importance matrix is built from /v1/systemone requests", b->model_name,
+                      plan_model_arch(b->m));
+        return TANDEM_ERR_INVAL;
+    }
+    struct gguf *g;
+    if ((e = gguf_open(path, &g, b->err, b->errlen)))
+        return e;
+    bool has_template = gguf_kv_find(g, "tokenizer.chat_template.systemone") != NULL;
+    b->add_eos = false;
+    gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b->add_eos);
+    gguf_free(g);
+    if (!has_template) {
+        tandem_errmsg(b->err, b->errlen, "%s: decision model without "
+                      "tokenizer.chat_template.systemone: the engine cannot render its requests",
+                      b->model_name);
+        return TANDEM_ERR_INVAL;
+    }
+    return TANDEM_OK;
+}
+
+/* Finds llama-server and the llama-imatrix beside it. */
+static tandem_err locate_engine(struct build *b) {
+    enum engine_source src;
+    if (engine_locate(b->p->llama_server, TANDEM_ENGINE_BUILD, b->server, sizeof b->server,
+                      &src) != TANDEM_OK) {
+        tandem_errmsg(b->err, b->errlen, "no llama-server at %s (run `make deps`, or see "
+                      "tandem doctor)", b->server);
+        return TANDEM_ERR_NOTFOUND;
+    }
+    tandem_err e = engine_locate_tool(b->p->llama_server, TANDEM_ENGINE_BUILD, "llama-imatrix",
+                                      b->tool, sizeof b->tool);
+    if (e)
+        tandem_errmsg(b->err, b->errlen, "%s: no executable llama-imatrix; "
+                      "scripts/build-engine.sh installs it beside llama-server", b->tool);
+    return e;
+}
+
+/* --- the temp dir ---------------------------------------------------------------- */
+
+static tandem_err make_dir(struct build *b) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(b->dir, sizeof b->dir, "%s/tandem-imatrix-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(b->dir)) {
+        tandem_errmsg(b->err, b->errlen, "%s: cannot create a temporary folder: %s", b->dir,
+                      strerror(errno));
+        b->dir[0] = '\0';
+        return TANDEM_ERR_IO;
+    }
+    const char *data = b->p->data_name ? b->p->data_name : b->p->set->path;
+    snprintf(b->text_path, sizeof b->text_path, "%s/%s.prompts.txt", b->dir, base_name(data));
+    snprintf(b->server_log, sizeof b->server_log, "%s/llama-server.log", b->dir);
+    snprintf(b->tool_log, sizeof b->tool_log, "%s/llama-imatrix.log", b->dir);
+    snprintf(b->tool_out, sizeof b->tool_out, "%s/imatrix.gguf", b->dir);
+    return TANDEM_OK;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void remove_dir(struct build *b) {
+    if (b->dir[0])
+        nftw(b->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    b->dir[0] = '\0';
+}
+
+/* Copies the file at path to stderr (the engine's log, with --verbose). */
+static void echo_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return;
+    char buf[8192];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        fwrite(buf, 1, n, stderr);
+    fclose(f);
+}
+
+/* --- the render server ----------------------------------------------------------- */
+
+static tandem_err new_client(struct build *b, uint16_t port, const char *path,
+                             struct s1client **out) {
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", port);
+    struct s1client_params cp = s1client_default_params();
+    cp.endpoint = url;
+    cp.path = path;
+    cp.timeout_ms = RENDER_REQUEST_MS;
+    return s1client_new(&cp, out, b->err, b->errlen);
+}
+
+/* Starts llama-server for the model on the CPU with one slot and /slots
+ * showing prompts, waits until it is ready, and opens the clients. */
+static tandem_err start_server(struct build *b) {
+    struct plan_settings want = plan_default_settings(), s;
+    want.gpu = false;
+    want.ngl = 0;
+    want.parallel = 1;
+    want.no_warmup = true;
+    uint32_t ctx = plan_model_ctx_train(b->m);
+    if (!ctx || ctx > RENDER_CTX_MAX)
+        ctx = RENDER_CTX_MAX;
+    want.ctx = plan_model_is_encoder(b->m) ? 0 : ctx; /* encoders: their training window */
+    plan_model_resolve(b->m, &want, &s);
+    uint16_t port = engine_child_free_port();
+    char *extra[] = {"--slots", NULL};
+    char *env[] = {"LLAMA_SERVER_SLOTS_DEBUG=1", NULL};
+    char **argv = NULL;
+    if (!port || engine_child_argv(b->server, b->p->model, "imatrix", &s, port, NULL, extra,
+                                   &argv) != TANDEM_OK) {
+        tandem_errmsg(b->err, b->errlen, "cannot prepare the engine's arguments");
+        return TANDEM_ERR_NOMEM;
+    }
+    tandem_err e = engine_child_spawn(argv, env, b->server_log, port, &b->child, b->err,
+                                      b->errlen);
+    engine_child_argv_free(argv);
+    if (!e)
+        e = engine_child_wait_ready(b->child, RENDER_READY_MS, b->err, b->errlen);
+    if (!e)
+        e = new_client(b, port, NULL, &b->decide);
+    if (!e)
+        e = new_client(b, port, "/slots", &b->slots);
+    if (!e)
+        e = new_client(b, port, "/tokenize", &b->tokenize);
+    return e;
+}
+
+static void stop_server(struct build *b) {
+    s1client_free(b->decide);
+    s1client_free(b->slots);
+    s1client_free(b->tokenize);
+    b->decide = b->slots = b->tokenize = NULL;
+    if (b->child)
+        engine_child_stop(b->child, RENDER_STOP_MS, NULL);
+    engine_child_free(b->child);
+    b->child = NULL;
+    if (b->p->verbose)
+        echo_file(b->server_log);
+}
+
+/* Sets err for a failed exchange with the render server: its own message, or
+ * what its log says when it died. */
+static tandem_err server_failed(struct build *b, tandem_err e, const char *what) {
+    char last[512] = "", msg[512];
+    snprintf(msg, sizeof msg, "%s", b->err && b->errlen ? b->err : "");
+    bool exited = false;
+    int status = 0;
+    if (b->child)
+        engine_child_poll(b->child, &exited, &status);
+    if (exited) {
+        char why[96];
+        engine_child_log_tail(b->child, last, sizeof last);
+        tandem_errmsg(b->err, b->errlen, "%s: llama-server %s: %s", what,
+                      engine_child_describe_status(status, why, sizeof why), last);
+        return TANDEM_ERR_CHILD;
+    }
+    tandem_errmsg(b->err, b->errlen, "%s: %s", what, msg[0] ? msg : tandem_strerror(e));
+    return e;
+}
+
+/* --- rendering ------------------------------------------------------------------- */
+
+/* The engine's message in an error answer, or "" */
+static const char *error_message(const json_t *answer) {
+    const char *m = json_string_value(json_object_get(json_object_get(answer, "error"),
+                                                      "message"));
+    return m ? m : "";
+}
+
+/* Sends question q of case c alone; a refusal names the case and question. */
+static tandem_err send_question(struct build *b, const struct evalset_case *c,
+                                const struct evalset_question *q) {
+    json_t *body = json_pack("{s:O, s:{s:O}}", "state", c->state, "questions", q->id,
+                             json_object_get(c->questions, q->id));
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) {
+        tandem_errmsg(b->err, b->errlen, "out of memory");
+        return TANDEM_ERR_NOMEM;
+    }
+    long status = 0;
+    json_t *answer = NULL;
+    char where[600];
+    snprintf(where, sizeof where, "%s:%zu: case %s, question %s", b->p->set->path, c->line,
+             c->id, q->id);
+    tandem_err e = s1client_post(b->decide, text, strlen(text), &status, &answer, b->err,
+                                 b->errlen);
+    free(text);
+    if (e)
+        return server_failed(b, e, where);
+    if (status != 200) {
+        tandem_errmsg(b->err, b->errlen, "%s: %s cannot answer it (HTTP %ld): %s", where,
+                      b->model_name, status, error_message(answer));
+        e = TANDEM_ERR_INVAL;
+    }
+    json_decref(answer);
+    return e;
+}
+
+/* Appends slot 0's last prompt (and "\n") to the text; checks that it is a
+ * new task's. */
+static tandem_err take_prompt(struct build *b) {
+    long status = 0;
+    json_t *slots = NULL;
+    tandem_err e = s1client_get(b->slots, &status, &slots, b->err, b->errlen);
+    if (e)
+        return server_failed(b, e, "GET /slots");
+    json_t *slot = json_array_get(slots, 0);
+    const char *prompt = json_string_value(json_object_get(slot, "prompt"));
+    json_t *task = json_object_get(slot, "id_task");
+    if (status != 200 || !prompt || !json_is_integer(task)) {
+        tandem_errmsg(b->err, b->errlen, "GET /slots (HTTP %ld) shows no prompt in slot 0%s%s",
+                      status, status != 200 ? ": " : " (is LLAMA_SERVER_SLOTS_DEBUG honoured?)",
+                      status != 200 ? error_message(slots) : "");
+        e = TANDEM_ERR_ENGINE;
+    } else if (json_integer_value(task) == b->last_task) {
+        tandem_errmsg(b->err, b->errlen, "GET /slots: slot 0 did not serve the last request");
+        e = TANDEM_ERR_ENGINE;
+    } else {
+        b->last_task = json_integer_value(task);
+        e = mem_buf_append(&b->text, prompt, strlen(prompt));
+        if (!e)
+            e = mem_buf_append(&b->text, "\n", 1);
+        if (e == TANDEM_ERR_TOOBIG)
+            tandem_errmsg(b->err, b->errlen, "the rendered text passes %u MiB; use fewer cases "
+                          "(--calibration-share)", TEXT_MAX >> 20);
+        else if (e)
+            tandem_errmsg(b->err, b->errlen, "out of memory");
+    }
+    json_decref(slots);
+    return e;
+}
+
+/* The number of prompts the selected cases make (one per question). */
+static size_t count_prompts(const struct imatrix_params *p, size_t *n_cases) {
+    size_t n = 0;
+    *n_cases = 0;
+    for (size_t i = 0; i < p->set->n_cases; i++)
+        if (!p->use || p->use[i]) {
+            ++*n_cases;
+            n += p->set->cases[i].n_questions;
+        }
+    return n;
+}
+
+static tandem_err render_all(struct build *b) {
+    const struct evalset *set = b->p->set;
+    size_t total = count_prompts(b->p, &b->st.n_cases);
+    progress(b, "render", 0, total);
+    b->last_task = -1;
+    for (size_t i = 0; i < set->n_cases; i++) {
+        if (b->p->use && !b->p->use[i])
+            continue;
+        const struct evalset_case *c = &set->cases[i];
+        for (size_t k = 0; k < c->n_questions; k++) {
+            tandem_err e = send_question(b, c, &c->q[k]);
+            if (!e)
+                e = take_prompt(b);
+            if (e)
+                return e;
+            progress(b, "render", ++b->st.n_prompts, total);
+        }
+    }
+    return TANDEM_OK;
+}
+
+/* Counts the text's tokens as llama-imatrix will (BOS added, special tokens
+ * parsed) on the render server; leaves 0 for texts over TOKENIZE_MAX. */
+static tandem_err count_tokens(struct build *b) {
+    b->st.n_tokens = 0;
+    if (b->text.len > TOKENIZE_MAX)
+        return TANDEM_OK;
+    json_t *body = json_pack("{s:s%, s:b, s:b}", "content", b->text.data, b->text.len,
+                             "add_special", 1, "parse_special", 1);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) {
+        tandem_errmsg(b->err, b->errlen, "out of memory");
+        return TANDEM_ERR_NOMEM;
+    }
+    long status = 0;
+    json_t *answer = NULL;
+    tandem_err e = s1client_post(b->tokenize, text, strlen(text), &status, &answer, b->err,
+                                 b->errlen);
+    free(text);
+    if (e)
+        return server_failed(b, e, "POST /tokenize");
+    json_t *tokens = json_object_get(answer, "tokens");
+    if (status != 200 || !json_is_array(tokens)) {
+        tandem_errmsg(b->err, b->errlen, "POST /tokenize (HTTP %ld): %s", status,
+                      error_message(answer));
+        e = TANDEM_ERR_ENGINE;
+    } else {
+        b->st.n_tokens = json_array_size(tokens);
+    }
+    json_decref(answer);
+    return e;
+}
+
+/* --- the matrix ------------------------------------------------------------------ */
+
+/* Picks the chunk; TANDEM_ERR_RANGE when the text is too short for two. */
+static tandem_err choose_chunk(struct build *b) {
+    uint32_t train = plan_model_ctx_train(b->m);
+    if (!b->st.n_tokens) {
+        b->st.chunk = train && train < ENGINE_IMATRIX_MAX_CHUNK ? train : ENGINE_IMATRIX_MAX_CHUNK;
+        return TANDEM_OK;
+    }
+    /* with add_eos overridden the tool sees one token fewer than /tokenize counted */
+    uint64_t n = b->st.n_tokens - (b->add_eos ? 1 : 0);
+    b->st.chunk = engine_imatrix_chunk(n, train);
+    if (!b->st.chunk) {
+        tandem_errmsg(b->err, b->errlen, "%zu prompt(s) make only %llu tokens; llama-imatrix "
+                      "needs two chunks of at least %u: use more cases", b->st.n_prompts,
+                      (unsigned long long)n, ENGINE_IMATRIX_MIN_CHUNK);
+        return TANDEM_ERR_RANGE;
+    }
+    b->st.n_chunks = (uint32_t)(n / b->st.chunk);
+    return TANDEM_OK;
+}
+
+static tandem_err run_tool(struct build *b) {
+    struct engine_imatrix_params ip = {
+        .tool = b->tool, .model = b->p->model, .text = b->text_path, .out = b->tool_out,
+        .chunk = b->st.chunk, .no_add_eos = b->add_eos, .log_path = b->tool_log};
+    progress(b, "imatrix", 0, b->st.n_chunks);
+    char why[1024];
+    tandem_err e = engine_imatrix_run(&ip, why, sizeof why);
+    if (b->p->verbose)
+        echo_file(b->tool_log);
+    if (e == TANDEM_ERR_UNSUPPORTED) {
+        tandem_errmsg(b->err, b->errlen, "%s: llama-imatrix cannot compute an importance matrix "
+                      "for this model (%s%s, decision type %s): %s", b->model_name,
+                      plan_model_arch(b->m), plan_model_is_encoder(b->m) ? " encoder" : "",
+                      plan_model_decision_type(b->m), why);
+    } else if (e) {
+        tandem_errmsg(b->err, b->errlen, "%s: llama-imatrix failed: %s", b->model_name, why);
+    } else {
+        progress(b, "imatrix", b->st.n_chunks, b->st.n_chunks);
+    }
+    return e;
+}
+
+/* Adds the spec fmt ("key=type:value", as gguf_edit_set_spec takes) to ed,
+ * unless e already failed; returns the result. */
+__attribute__((format(printf, 4, 5))) static tandem_err set_spec(struct build *b,
+                                                                 struct gguf_edit *ed,
+                                                                 tandem_err e, const char *fmt,
+                                                                 ...) {
+    if (e)
+        return e;
+    char spec[16384];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(spec, sizeof spec, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof spec) {
+        tandem_errmsg(b->err, b->errlen, "the data's name is too long to record");
+        return TANDEM_ERR_TOOBIG;
+    }
+    return gguf_edit_set_spec(ed, spec, b->err, b->errlen);
+}
+
+/* Writes the tool's matrix to p->out with the data's name as its dataset (the
+ * tool recorded its temporary text file) and tandem.imatrix.* provenance. */
+static tandem_err write_out(struct build *b) {
+    const char *data = b->p->data_name ? b->p->data_name : b->p->set->path;
+    json_t *names = json_pack("[s]", data);
+    char *names_text = names ? json_dumps(names, JSON_COMPACT) : NULL;
+    json_decref(names);
+    struct gguf *g = NULL;
+    struct gguf_edit *ed = NULL;
+    tandem_err e = names_text ? gguf_open(b->tool_out, &g, b->err, b->errlen) : TANDEM_ERR_NOMEM;
+    if (!e)
+        e = gguf_edit_new(g, &ed);
+    e = set_spec(b, ed, e, "imatrix.datasets=arr[str]:%s", names_text);
+    e = set_spec(b, ed, e, "tandem.imatrix.cases=u32:%zu", b->st.n_cases);
+    e = set_spec(b, ed, e, "tandem.imatrix.engine_build=u32:%d", TANDEM_ENGINE_BUILD);
+    if (b->p->split_share > 0) {
+        e = set_spec(b, ed, e, "tandem.imatrix.seed=u64:%llu",
+                     (unsigned long long)b->p->split_seed);
+        e = set_spec(b, ed, e, "tandem.imatrix.calibration_share=f64:%.17g", b->p->split_share);
+    }
+    if (!e)
+        e = gguf_edit_write(ed, b->p->out, b->err, b->errlen);
+    if (e == TANDEM_ERR_NOMEM)
+        tandem_errmsg(b->err, b->errlen, "out of memory");
+    gguf_edit_free(ed);
+    gguf_free(g);
+    free(names_text);
+    return e;
+}
+
+/* --- the build ------------------------------------------------------------------- */
+
+/* Starts the server, renders, counts, and stops it again (always). */
+static tandem_err render(struct build *b) {
+    int64_t t0 = host_now_ms();
+    tandem_err e = start_server(b);
+    if (!e)
+        e = render_all(b);
+    if (!e)
+        e = count_tokens(b);
+    stop_server(b);
+    b->st.render_s = (double)(host_now_ms() - t0) / 1000.0;
+    if (!e && (e = host_write_atomic(b->text_path, b->text.data, b->text.len)))
+        tandem_errmsg(b->err, b->errlen, "%s: cannot write: %s", b->text_path, strerror(errno));
+    return e;
+}
+
+static tandem_err compute(struct build *b) {
+    int64_t t0 = host_now_ms();
+    tandem_err e = choose_chunk(b);
+    if (!e)
+        e = run_tool(b);
+    b->st.imatrix_s = (double)(host_now_ms() - t0) / 1000.0;
+    if (!e)
+        e = write_out(b);
+    if (!e && b->p->text_out &&
+        (e = host_write_atomic(b->p->text_out, b->text.data, b->text.len))) {
+        tandem_errmsg(b->err, b->errlen, "%s: cannot write: %s", b->p->text_out,
+                      strerror(errno));
+        unlink(b->p->out);
+    }
+    return e;
+}
+
+tandem_err cmd_imatrix_build(const struct imatrix_params *p, struct imatrix_stats *stats,
+                             char *err, size_t errlen) {
+    struct build b = {.p = p, .err = err, .errlen = errlen, .model_name = base_name(p->model)};
+    mem_buf_init(&b.text, TEXT_MAX);
+    size_t n_cases;
+    tandem_err e = check_model(&b);
+    if (!e && count_prompts(p, &n_cases) == 0) {
+        tandem_errmsg(err, errlen, "%s: no case selected for calibration", p->set->path);
+        e = TANDEM_ERR_INVAL;
+    }
+    if (!e)
+        e = locate_engine(&b);
+    if (!e)
+        e = make_dir(&b);
+    if (!e)
+        e = render(&b);
+    if (!e)
+        e = compute(&b);
+    remove_dir(&b);
+    mem_buf_deinit(&b.text);
+    plan_model_free(b.m);
+    if (stats)
+        *stats = b.st;
+    return e;
+}
+
+/* --- the command ----------------------------------------------------------------- */
+
+struct cli {
+    struct imatrix_params p;
+    const char *data;
+    double share;
+    uint64_t seed;
+    char out[4096];
+    bool tty;       /* stderr is a terminal: progress on one line */
+    bool line_open; /* a progress line waits for its newline */
+};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tandem imatrix MODEL.gguf --data SET.jsonl [options]\n"
+            "\n"
+            "Computes an importance matrix for MODEL (a decision model) from your own decision\n"
+            "requests, with the pinned engine's llama-imatrix, for llama-quantize --imatrix\n"
+            "(and tandem quantize --ladder). Each question of each calibration case is sent\n"
+            "alone to a llama-server for MODEL on the CPU, and the prompt the engine rendered\n"
+            "for it (its systemone chat template, special tokens included) is read back from\n"
+            "GET /slots; the prompts make the text llama-imatrix reads.\n"
+            "\n"
+            "  --data FILE               an eval set (docs/eval-format.md) or an audit log\n"
+            "                            written with logs.bodies: true (its /v1/systemone\n"
+            "                            requests); told apart by the first line\n"
+            "  --out FILE                the matrix to write (default: MODEL's name with\n"
+            "                            .imatrix.gguf, in the current folder); written\n"
+            "                            atomically, never over MODEL\n"
+            "  --calibration-share X     the share of cases used, 0 < X <= 1 (default %.1f); the\n"
+            "                            rest are held out for judging, as the ladder does\n"
+            "  --seed N                  seed of the split (default %d): a case's side depends\n"
+            "                            only on the seed, its id and the share\n"
+            "  --text-out FILE           also keep the rendered text\n"
+            "  --verbose                 show the engine's logs\n"
+            "  -h, --help\n"
+            "\n"
+            "exit codes: 0 written, 1 failed (no file is left; a model the engine cannot\n"
+            "compute a matrix for is said in one line), 2 usage error\n",
+            IMATRIX_DEFAULT_SHARE, IMATRIX_DEFAULT_SEED);
+}
+
+static int parse_share(const char *v, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!*v || *end || errno || !(x > 0 && x <= 1)) {
+        fprintf(stderr, "tandem imatrix: --calibration-share: expected 0 < X <= 1, got '%s'\n",
+                v);
+        return 2;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_seed(const char *v, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (!*v || *end || errno || *v == '-') {
+        fprintf(stderr, "tandem imatrix: --seed: expected a non-negative integer, got '%s'\n", v);
+        return 2;
+    }
+    *out = n;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct cli *o) {
+    static const struct option opts[] = {
+        {"data", required_argument, NULL, 'd'},
+        {"out", required_argument, NULL, 'o'},
+        {"calibration-share", required_argument, NULL, 's'},
+        {"seed", required_argument, NULL, 'S'},
+        {"text-out", required_argument, NULL, 't'},
+        {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {0},
+    };
+    int c, rc = 0;
+    optind = 0;
+    while (!rc && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': o->data = optarg; break;
+        case 'o': snprintf(o->out, sizeof o->out, "%s", optarg); break;
+        case 's': rc = parse_share(optarg, &o->share); break;
+        case 'S': rc = parse_seed(optarg, &o->seed); break;
+        case 't': o->p.text_out = optarg; break;
+        case 'v': o->p.verbose = true; break;
+        case 'h': usage(stdout); return -1;
+        default: rc = 2;
+        }
+    }
+    if (!rc && argc - optind != 1) {
+        fprintf(stderr, "tandem imatrix: expected one MODEL.gguf\n");
+        rc = 2;
+    }
+    if (!rc && !o->data) {
+        fprintf(stderr, "tandem imatrix: --data SET.jsonl is required\n");
+        rc = 2;
+    }
+    if (rc == 2)
+        usage(stderr);
+    return rc;
+}
+
+/* Whether a and b name the same existing file. */
+static bool same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return !strcmp(a, b) || (stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+                             sa.st_ino == sb.st_ino);
+}
+
+/* Fills o->out by default and refuses outputs that would overwrite an input. */
+static int check_paths(struct cli *o) {
+    const char *model = o->p.model;
+    if (!o->out[0]) {
+        const char *name = base_name(model);
+        size_t n = strlen(name);
+        if (n > 5 && !strcmp(name + n - 5, ".gguf"))
+            n -= 5;
+        snprintf(o->out, sizeof o->out, "%.*s.imatrix.gguf", (int)n, name);
+    }
+    o->p.out = o->out;
+    const char *outs[] = {o->out, o->p.text_out};
+    for (int i = 0; i < 2; i++)
+        if (outs[i] && (same_file(outs[i], model) || same_file(outs[i], o->data))) {
+            fprintf(stderr, "tandem imatrix: %s: refusing to overwrite an input\n", outs[i]);
+            return 2;
+        }
+    if (o->p.text_out && same_file(o->p.text_out, o->out)) {
+        fprintf(stderr, "tandem imatrix: --text-out and --out name the same file\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* Ends a progress line left open on the terminal. */
+static void close_line(struct cli *o) {
+    if (o->line_open)
+        fputc('\n', stderr);
+    o->line_open = false;
+}
+
+static void show_progress(void *user, const char *phase, size_t done, size_t total) {
+    struct cli *o = user;
+    bool render = !strcmp(phase, "render");
+    if (render && o->tty) {
+        fprintf(stderr, "\rtandem imatrix: rendering %zu/%zu prompts", done, total);
+        o->line_open = true;
+    } else if (render && done == 0) {
+        fprintf(stderr, "tandem imatrix: rendering %zu prompts...\n", total);
+    } else if (!render && done == 0) {
+        close_line(o);
+        fprintf(stderr, "tandem imatrix: llama-imatrix over %zu chunk(s)...\n", total);
+    }
+}
+
+/* Loads the data and splits it; prints what is used. Returns 0 or 1. */
+static int load_data(struct cli *o, struct evalset **set, bool **use) {
+    char err[8192];
+    size_t skipped = 0;
+    if (evalset_load_any(o->data, set, &skipped, err, sizeof err) != TANDEM_OK) {
+        fprintf(stderr, "tandem imatrix: %s\n", err);
+        return 1;
+    }
+    struct evalset *s = *set;
+    *use = mem_calloc(s->n_cases, sizeof **use);
+    if (!*use) {
+        fprintf(stderr, "tandem imatrix: out of memory\n");
+        return 1;
+    }
+    size_t n = evalset_split(s, o->seed, o->share, *use);
+    if (skipped)
+        fprintf(stderr, "tandem imatrix: %s: audit log: %zu line(s) gave no case (other "
+                        "routes, failed requests, no body, repeated ids)\n", o->data, skipped);
+    fprintf(stderr, "tandem imatrix: %s: %zu case(s): %zu for calibration, %zu held out "
+                    "(seed %llu, calibration share %g)\n", o->data, s->n_cases, n,
+            s->n_cases - n, (unsigned long long)o->seed, o->share);
+    if (n == 0) {
+        fprintf(stderr, "tandem imatrix: no calibration case: raise --calibration-share or "
+                        "add cases\n");
+        return 1;
+    }
+    return 0;
+}
+
+int cmd_imatrix_main(int argc, char **argv, const char *llama_server) {
+    struct cli o = {.p = imatrix_default_params(), .share = IMATRIX_DEFAULT_SHARE,
+                    .seed = IMATRIX_DEFAULT_SEED};
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    o.p.model = argv[optind];
+    if (access(o.p.model, R_OK) != 0) {
+        fprintf(stderr, "tandem imatrix: %s: cannot read: %s\n", o.p.model, strerror(errno));
+        return 1;
+    }
+    if ((rc = check_paths(&o)))
+        return rc;
+    struct evalset *set = NULL;
+    bool *use = NULL;
+    if ((rc = load_data(&o, &set, &use)) == 0) {
+        o.p.set = set;
+        o.p.use = use;
+        o.p.llama_server = llama_server;
+        o.p.data_name = o.data;
+        o.p.split_seed = o.seed;
+        o.p.split_share = o.share;
+        o.p.progress = show_progress;
+        o.p.progress_user = &o;
+        o.tty = isatty(2);
+        struct imatrix_stats st;
+        char err[2048];
+        tandem_err e = cmd_imatrix_build(&o.p, &st, err, sizeof err);
+        close_line(&o);
+        if (e) {
+            fprintf(stderr, "tandem imatrix: %s\n", err);
+            rc = 1;
+        } else {
+            printf("tandem imatrix: wrote %s: %zu case(s), %zu prompt(s), %llu tokens, %u "
+                   "chunk(s) of %u (render %.1f s, llama-imatrix %.1f s)\n", o.out, st.n_cases,
+                   st.n_prompts, (unsigned long long)st.n_tokens, st.n_chunks, st.chunk,
+                   st.render_s, st.imatrix_s);
+        }
+    }
+    mem_free(use);
+    evalset_free(set);
+    return rc;
+}
