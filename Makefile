@@ -337,6 +337,7 @@ bench: deps all bench-plan
 	$(VENV)/bin/python bench/load_progress.py --out docs/benchmarks.md
 	$(VENV)/bin/python bench/determinism_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
 	$(VENV)/bin/python bench/mcp_bench.py --tandem $(BUILD)/tandem --out docs/benchmarks.md
+	$(VENV)/bin/python bench/ladder_bench.py --tandem $(BUILD)/tandem --out docs/quantize.md
 
 # The chaos soak (tests/soak/soak.py): real clients on two rotating fixtures and
 # a pipeline while engines are killed and stopped, configs reloaded, clients
