@@ -251,8 +251,12 @@ static json_t *tool_result(const struct mcp_call *c, int status, const char *bod
 
 Test(mcp, initialize_echoes_a_known_version_and_names_the_server) {
     struct mcp *m = mcp_new();
-    json_t *a = answer(m, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
-                          "\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}}");
+    struct mcp_out out;
+    handle(m, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+              "\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}}", &out);
+    cr_assert_eq(out.action, MCP_SEND);
+    cr_assert(out.handshake, "an accepted initialize begins a handshake");
+    json_t *a = out.msg;
     cr_assert_eq(json_integer_value(get(a, "id")), 1);
     const json_t *r = result(a);
     cr_assert_str_eq(json_string_value(get(r, "protocolVersion")), "2025-06-18");
@@ -298,6 +302,10 @@ Test(mcp, initialize_without_a_protocol_version_is_invalid_params) {
     assert_error(m, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"initialize\",\"params\":{}}",
                  MCP_INVALID_PARAMS, id);
     assert_error(m, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"initialize\"}", MCP_INVALID_PARAMS, id);
+    struct mcp_out out;
+    handle(m, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"initialize\",\"params\":{}}", &out);
+    cr_assert_not(out.handshake, "a refused initialize begins nothing");
+    json_decref(out.msg);
     assert_error(m, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"initialize\",\"params\":{"
                     "\"protocolVersion\":20250618}}",
                  MCP_INVALID_PARAMS, id);
@@ -1464,4 +1472,27 @@ Test(mcp, handling_messages_releases_everything_it_allocates) {
         cr_assert_eq(live, base, "%s: %ld allocations leaked", msgs[i], live - base);
     }
     mcp_free(m);
+}
+
+Test(mcp, progress_next_sends_each_phase_once) {
+    struct mcp_progress_state st = {0};
+    json_t *token = json_string("t"), *models = parse("[\"decider\"]");
+    json_t *loading = parse("{\"models\":[{\"name\":\"decider\",\"state\":\"loading\","
+                            "\"progress\":{\"phase\":\"spawn\"}}]}");
+    json_t *p = mcp_progress_next(&st, token, NULL, models); /* no status yet: queued */
+    assert_json_eq(p, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{"
+                      "\"progressToken\":\"t\",\"progress\":1,\"message\":\"queued\"}}");
+    json_decref(p);
+    cr_assert_null(mcp_progress_next(&st, token, NULL, models), "queued again: nothing new");
+    p = mcp_progress_next(&st, token, loading, models);
+    assert_json_eq(p, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{"
+                      "\"progressToken\":\"t\",\"progress\":2,"
+                      "\"message\":\"loading decider: spawn\"}}");
+    json_decref(p);
+    cr_assert_null(mcp_progress_next(&st, token, loading, models));
+    cr_assert_eq(st.sent, 2);
+    cr_assert_str_eq(st.phase, "loading decider: spawn");
+    json_decref(loading);
+    json_decref(models);
+    json_decref(token);
 }

@@ -121,3 +121,8 @@ tandem_err host_write_atomic(const char *path, const void *data, size_t len) {
     mem_free(tmp);
     return ok ? TANDEM_OK : TANDEM_ERR_IO;
 }
+
+const char *host_base_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}

@@ -42,4 +42,8 @@ struct timespec host_wall_after_ms(int64_t ms);
  * temporary file is removed). */
 tandem_err host_write_atomic(const char *path, const void *data, size_t len);
 
+/* The file name of path: the part after its last '/' (path itself when it
+ * has none). Borrowed from path. */
+const char *host_base_name(const char *path);
+
 #endif

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "base/hash.h"
+#include "base/host.h"
 #include "base/mem.h"
 #include "cli/cmd_eval.h"
 #include "cli/model_endpoint.h"
@@ -504,11 +505,6 @@ static void split_text(const struct cal *k, char *out, size_t cap) {
              k->n_held_cases, k->set->n_cases);
 }
 
-static const char *base_name(const char *path) {
-    const char *slash = strrchr(path, '/');
-    return slash ? slash + 1 : path;
-}
-
 /* The documented --json object; the provenance keys are taken from it. */
 static json_t *summary_json(const struct cal *k, const char *model_sha, const char *data_sha) {
     char split[160];
@@ -553,7 +549,7 @@ static tandem_err set_provenance(struct gguf_edit *e, const json_t *s, char *err
     const char *keys[][2] = {
         {"tandem.calibration.tool", "tandem calibrate " TANDEM_VERSION},
         {"tandem.calibration.source_sha256", json_string_value(json_object_get(s, "model_sha256"))},
-        {"tandem.calibration.data", base_name(json_string_value(json_object_get(s, "data")))},
+        {"tandem.calibration.data", host_base_name(json_string_value(json_object_get(s, "data")))},
         {"tandem.calibration.data_sha256", json_string_value(json_object_get(s, "data_sha256"))},
         {"tandem.calibration.split", str},
         {"tandem.calibration.metrics", metrics ? metrics : "[]"},

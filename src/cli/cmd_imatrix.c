@@ -78,11 +78,6 @@ struct imatrix_params imatrix_default_params(void) {
     return (struct imatrix_params){.split_seed = IMATRIX_DEFAULT_SEED};
 }
 
-static const char *base_name(const char *path) {
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
 static void progress(const struct build *b, const char *phase, size_t done, size_t total) {
     if (b->p->progress)
         b->p->progress(b->p->progress_user, phase, done, total);
@@ -148,7 +143,7 @@ static tandem_err make_dir(struct build *b) {
         return TANDEM_ERR_IO;
     }
     const char *data = b->p->data_name ? b->p->data_name : b->p->set->path;
-    snprintf(b->text_path, sizeof b->text_path, "%s/%s.prompts.txt", b->dir, base_name(data));
+    snprintf(b->text_path, sizeof b->text_path, "%s/%s.prompts.txt", b->dir, host_base_name(data));
     snprintf(b->server_log, sizeof b->server_log, "%s/llama-server.log", b->dir);
     snprintf(b->tool_log, sizeof b->tool_log, "%s/llama-imatrix.log", b->dir);
     snprintf(b->tool_out, sizeof b->tool_out, "%s/imatrix.gguf", b->dir);
@@ -530,7 +525,7 @@ static tandem_err compute(struct build *b) {
 
 tandem_err cmd_imatrix_build(const struct imatrix_params *p, struct imatrix_stats *stats,
                              char *err, size_t errlen) {
-    struct build b = {.p = p, .err = err, .errlen = errlen, .model_name = base_name(p->model)};
+    struct build b = {.p = p, .err = err, .errlen = errlen, .model_name = host_base_name(p->model)};
     mem_buf_init(&b.text, TEXT_MAX);
     size_t n_cases;
     tandem_err e = check_model(&b);
@@ -670,7 +665,7 @@ static bool same_file(const char *a, const char *b) {
 static int check_paths(struct cli *o) {
     const char *model = o->p.model;
     if (!o->out[0]) {
-        const char *name = base_name(model);
+        const char *name = host_base_name(model);
         size_t n = strlen(name);
         if (n > 5 && !strcmp(name + n - 5, ".gguf"))
             n -= 5;

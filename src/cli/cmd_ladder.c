@@ -83,7 +83,6 @@ struct rung {
     uint64_t mem_alone, mem_pair;
     bool fits;
     char fit_reason[512];
-    enum ladder_state state;   /* the search's view: the better of its variants */
     size_t n_variants;
     struct variant v[2];
     char skipped[256];         /* why it was never judged */
@@ -114,9 +113,10 @@ struct ladder {
     struct evalset judged;       /* a view of set: the held-out cases */
     bool *calibration;           /* per case of set */
     size_t n_calibration;
-    struct rung rungs[MAX_TYPES];
-    size_t n_rungs, order[MAX_TYPES];
-    enum ladder_state states[MAX_TYPES]; /* in size order, for the search */
+    struct rung rungs[MAX_TYPES];        /* largest first, once sized */
+    size_t n_rungs;
+    enum ladder_state states[MAX_TYPES]; /* of each rung: the search's view, the better of
+                                          * its variants */
     struct eval_run *ref;
     size_t ref_questions, ref_sure;
     double ref_accuracy;
@@ -310,11 +310,6 @@ static int parse_args(int argc, char **argv, struct opts *o) {
 }
 
 /* --- the source ------------------------------------------------------------------------------- */
-
-static const char *base_name(const char *path) {
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
 
 /* Bits per weight of a ggml type; 0 when unknown. */
 static double type_bpw(uint32_t id) {
@@ -531,7 +526,7 @@ static int load_partners(struct ladder *L) {
             fprintf(stderr, "tandem quantize --ladder: --with: %s\n", err);
             return 1;
         }
-        L->partners[0] = (struct fit_model){base_name(L->o.with), L->partner_pm[0],
+        L->partners[0] = (struct fit_model){host_base_name(L->o.with), L->partner_pm[0],
                                             L->o.plan.settings, false};
         if (plan_model_is_encoder(L->partner_pm[0]))
             L->partners[0].settings.ctx = 0; /* whole-batch encoders run at their window */
@@ -630,13 +625,32 @@ static void end_progress(const struct ladder *L) {
     }
 }
 
-/* Sizes every type with a dry run and plans it. */
+/* Puts the rungs in size order, largest first (ladder_order: ties keep the
+ * order given). */
+static int sort_rungs(struct ladder *L) {
+    size_t order[MAX_TYPES];
+    uint64_t bytes[MAX_TYPES];
+    for (size_t i = 0; i < L->n_rungs; i++)
+        bytes[i] = L->rungs[i].size.bytes;
+    struct rung *sorted = mem_alloc_array(L->n_rungs ? L->n_rungs : 1, sizeof *sorted);
+    if (!sorted) {
+        fprintf(stderr, "tandem quantize --ladder: out of memory\n");
+        return 1;
+    }
+    ladder_order(bytes, L->n_rungs, order);
+    for (size_t i = 0; i < L->n_rungs; i++)
+        sorted[i] = L->rungs[order[i]];
+    memcpy(L->rungs, sorted, L->n_rungs * sizeof *sorted);
+    mem_free(sorted);
+    return 0;
+}
+
+/* Sizes every type with a dry run, plans it, and orders the rungs. */
 static int size_rungs(struct ladder *L) {
     char list[1024];
     snprintf(list, sizeof list, "%s", L->o.types);
     char log[PATH_MAX + 32];
     snprintf(log, sizeof log, "%s/dry-run.log", L->out_dir);
-    uint64_t bytes[MAX_TYPES];
     for (char *save, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (L->n_rungs == MAX_TYPES) {
             fprintf(stderr, "tandem quantize --ladder: at most %d types\n", MAX_TYPES);
@@ -655,13 +669,14 @@ static int size_rungs(struct ladder *L) {
         }
         if (plan_rung(L, r))
             return 1;
-        bytes[L->n_rungs++] = r->size.bytes;
+        L->n_rungs++;
     }
     unlink(log);
-    ladder_order(bytes, L->n_rungs, L->order);
+    if (sort_rungs(L))
+        return 1;
     for (size_t i = 0; i < L->n_rungs; i++) {
-        struct rung *r = &L->rungs[L->order[i]];
-        r->state = r->fits ? LADDER_PENDING : LADDER_NO_FIT;
+        struct rung *r = &L->rungs[i];
+        L->states[i] = r->fits ? LADDER_PENDING : LADDER_NO_FIT;
         bool automatic = !strcmp(L->o.imatrix, "auto");
         bool both = automatic && low_bit(r->type) && !r->size.needs_imatrix;
         bool only = (automatic && r->size.needs_imatrix) ||
@@ -670,11 +685,10 @@ static int size_rungs(struct ladder *L) {
         r->v[0].imatrix = only;
         r->v[1].imatrix = true;
         if (r->size.needs_imatrix && !strcmp(L->o.imatrix, "none")) {
-            r->state = LADDER_ERROR;
+            L->states[i] = LADDER_ERROR;
             snprintf(r->v[0].reason, sizeof r->v[0].reason,
                      "needs an importance matrix: use --imatrix auto or FILE");
         }
-        L->states[i] = r->state;
     }
     return 0;
 }
@@ -870,7 +884,7 @@ static tandem_err build_variant(struct ladder *L, struct rung *r, struct variant
     if (v->imatrix) {
         snprintf(kv[n++], sizeof kv[0], "tandem.quantize.imatrix_sha256=str:%s", L->imatrix_sha);
         snprintf(kv[n++], sizeof kv[0], "tandem.quantize.imatrix_data=str:%.100s",
-                 base_name(L->o.data));
+                 host_base_name(L->o.data));
     }
     for (size_t i = 0; i < n; i++)
         ov[i] = kv[i];
@@ -974,7 +988,7 @@ static void run_variant(struct ladder *L, struct rung *r, struct variant *v) {
 /* Judges every variant of r; the rung passes when one does. With both, the
  * matrix is kept only where it flipped fewer sure answers. */
 static void judge_rung(struct ladder *L, size_t i) {
-    struct rung *r = &L->rungs[L->order[i]];
+    struct rung *r = &L->rungs[i];
     bool any_pass = false, any_fail = false;
     for (size_t k = 0; k < r->n_variants; k++) {
         if (r->v[k].imatrix && !L->imatrix[0]) {
@@ -988,8 +1002,7 @@ static void judge_rung(struct ladder *L, size_t i) {
         any_pass |= r->v[k].state == LADDER_PASS;
         any_fail |= r->v[k].state == LADDER_FAIL;
     }
-    r->state = any_pass ? LADDER_PASS : any_fail ? LADDER_FAIL : LADDER_ERROR;
-    L->states[i] = r->state;
+    L->states[i] = any_pass ? LADDER_PASS : any_fail ? LADDER_FAIL : LADDER_ERROR;
     L->n_judged++;
 }
 
@@ -1066,7 +1079,7 @@ static int prepare_imatrix(struct ladder *L) {
 static bool wants_imatrix(const struct ladder *L) {
     for (size_t i = 0; i < L->n_rungs; i++) {
         const struct rung *r = &L->rungs[i];
-        if (r->state != LADDER_NO_FIT && (r->n_variants == 2 || r->v[0].imatrix))
+        if (L->states[i] != LADDER_NO_FIT && (r->n_variants == 2 || r->v[0].imatrix))
             return true;
     }
     return false;
@@ -1101,16 +1114,18 @@ static const char *const figure_keys[] = {
     "compared", "flips", "flip_rate", "flip_ci95", "sure_compared", "sure_flips",
     "sure_flip_rate", "sure_ci95", "unstable", "kl_mean", "kl_max", "delta_accuracy"};
 
-static json_t *variant_json(const struct ladder *L, const struct rung *r, const struct variant *v) {
+/* One table row: variant v of rung r, whose search state is st. */
+static json_t *variant_json(const struct ladder *L, const struct rung *r, enum ladder_state st,
+                            const struct variant *v) {
     bool judged = v->judged != NULL;
-    const char *status = r->state == LADDER_NO_FIT             ? "does not fit"
+    const char *status = st == LADDER_NO_FIT                   ? "does not fit"
                          : judged || v->state == LADDER_ERROR ? state_name(v->state)
                          : L->o.plan_only                     ? "fits"
                                                               : "skipped";
-    const char *reason = r->state == LADDER_NO_FIT ? r->fit_reason
-                         : v->reason[0]             ? v->reason
-                         : r->skipped[0]            ? r->skipped
-                                                    : NULL;
+    const char *reason = st == LADDER_NO_FIT ? r->fit_reason
+                         : v->reason[0]       ? v->reason
+                         : r->skipped[0]      ? r->skipped
+                                              : NULL;
     json_t *j = json_pack(
         "{s:s,s:b,s:I,s:f,s:f,s:I,s:o,s:b,s:o,s:s,s:o,s:o,s:o}", "type", r->type, "imatrix",
         v->imatrix, "bytes", (json_int_t)r->size.bytes, "mib", (double)r->size.bytes / MIB,
@@ -1134,18 +1149,18 @@ static json_t *recommendation_json(const struct ladder *L) {
     size_t b = ladder_best(L->states, L->n_rungs);
     if (b == SIZE_MAX)
         return json_null();
-    const struct rung *r = &L->rungs[L->order[b]];
+    const struct rung *r = &L->rungs[b];
     const struct variant *v = chosen(r);
     char why[1024];
     int n = snprintf(why, sizeof why, "%s%s is the smallest rung that fits and passes: %s.",
                      r->type, v->imatrix ? " (with the importance matrix)" : "", v->reason);
     for (size_t i = b + 1; i < L->n_rungs && n > 0 && (size_t)n < sizeof why; i++) {
-        const struct rung *next = &L->rungs[L->order[i]];
+        const struct rung *next = &L->rungs[i];
         const struct variant *nv = chosen(next);
-        if (next->state == LADDER_NO_FIT || next->state == LADDER_PENDING)
+        if (L->states[i] == LADDER_NO_FIT || L->states[i] == LADDER_PENDING)
             continue;
         snprintf(why + n, sizeof why - (size_t)n, " The next one down, %s, %s: %s.", next->type,
-                 next->state == LADDER_FAIL ? "failed" : "could not be judged",
+                 L->states[i] == LADDER_FAIL ? "failed" : "could not be judged",
                  nv ? nv->reason : next->v[0].reason);
         break;
     }
@@ -1156,9 +1171,9 @@ static json_t *recommendation_json(const struct ladder *L) {
 static json_t *summary_json(const struct ladder *L) {
     json_t *rungs = json_array();
     for (size_t i = 0; rungs && i < L->n_rungs; i++) {
-        const struct rung *r = &L->rungs[L->order[i]];
+        const struct rung *r = &L->rungs[i];
         for (size_t k = 0; k < r->n_variants; k++)
-            json_array_append_new(rungs, variant_json(L, r, &r->v[k]));
+            json_array_append_new(rungs, variant_json(L, r, L->states[i], &r->v[k]));
     }
     json_t *partner = json_null();
     if (L->n_partners) {
@@ -1230,7 +1245,8 @@ static void print_rung(const json_t *r, bool pair) {
     if (pair)
         printf(" %7s", with);
     printf(" %-4s %-24s %7s %6s %6s %5s  %s\n",
-           json_is_true(json_object_get(r, "fits")) ? "yes" : "no", flips, kl, dp, dacc, secs, json_string_value(json_object_get(r, "status")));
+           json_is_true(json_object_get(r, "fits")) ? "yes" : "no", flips, kl, dp, dacc, secs,
+           json_string_value(json_object_get(r, "status")));
 }
 
 static void print_table(const json_t *s) {
@@ -1325,19 +1341,19 @@ static void search(struct ladder *L) {
     while ((i = ladder_next(L->states, L->n_rungs)) != SIZE_MAX)
         judge_rung(L, i);
     for (i = 0; i < L->n_rungs; i++) {
-        struct rung *r = &L->rungs[L->order[i]];
-        if (r->state != LADDER_PENDING)
+        struct rung *r = &L->rungs[i];
+        if (L->states[i] != LADDER_PENDING)
             continue;
         int passed;
         size_t by = ladder_decided_by(L->states, L->n_rungs, i, &passed);
         char decider[16];
         if (by == SIZE_MAX)
             continue;
-        memcpy(decider, L->rungs[L->order[by]].type, sizeof decider);
+        memcpy(decider, L->rungs[by].type, sizeof decider);
         snprintf(r->skipped, sizeof r->skipped, "not built: %s %s %s",
-                     passed ? "the smaller" : "the larger", decider,
-                     passed ? "passed, so this one is taken to pass"
-                            : "failed, so this one is taken to fail");
+                 passed ? "the smaller" : "the larger", decider,
+                 passed ? "passed, so this one is taken to pass"
+                        : "failed, so this one is taken to fail");
     }
     end_progress(L);
 }
@@ -1355,7 +1371,7 @@ static int prepare(struct ladder *L) {
         fprintf(stderr, "tandem quantize --ladder: %s\n", err);
         return 1;
     }
-    const char *base = base_name(L->o.src);
+    const char *base = host_base_name(L->o.src);
     size_t n = strlen(base);
     if (n > 5 && !strcmp(base + n - 5, ".gguf"))
         n -= 5;

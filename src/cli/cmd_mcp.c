@@ -51,8 +51,7 @@ struct call {
     struct mcp_call mc;
     struct server *srv;
     bool cancelled;
-    char phase[160]; /* the last progress message sent */
-    unsigned progress;
+    struct mcp_progress_state progress;
     struct call *next;
 };
 
@@ -230,10 +229,8 @@ static void start_call_locked(struct server *s, struct mcp_out *out) {
         c->next = s->calls;
         s->calls = c;
         s->workers++;
-        if (c->mc.progress_token) { /* at once; the watcher reports what follows */
-            snprintf(c->phase, sizeof c->phase, "queued");
-            send_locked(mcp_progress(c->mc.progress_token, ++c->progress, c->phase));
-        }
+        if (c->mc.progress_token) /* "queued" at once; the watcher reports what follows */
+            send_locked(mcp_progress_next(&c->progress, c->mc.progress_token, NULL, NULL));
     }
     if (!c || pthread_create(&t, &attr, run_call, c)) {
         const char *why = "tandem mcp cannot start a thread for the call";
@@ -292,16 +289,10 @@ static void report_progress(struct server *s) {
     if (!status)
         return;
     pthread_mutex_lock(&s->lock);
-    for (struct call *c = s->calls; c; c = c->next) {
-        char detail[160];
-        if (!c->mc.progress_token || c->cancelled)
-            continue;
-        mcp_phase(status, c->mc.models, detail, sizeof detail);
-        if (strcmp(detail, c->phase)) {
-            snprintf(c->phase, sizeof c->phase, "%s", detail);
-            send_locked(mcp_progress(c->mc.progress_token, ++c->progress, detail));
-        }
-    }
+    for (struct call *c = s->calls; c; c = c->next)
+        if (c->mc.progress_token && !c->cancelled) /* NULL: nothing new to send */
+            send_locked(mcp_progress_next(&c->progress, c->mc.progress_token, status,
+                                          c->mc.models));
     pthread_mutex_unlock(&s->lock);
     json_decref(status);
 }

@@ -21,6 +21,7 @@
 #include "gguf/ggml_types.h"
 #include "plan/plan.h"
 #include "plan/plan_cli.h"
+#include "base/host.h"
 #include "base/mem.h"
 #include "base/units.h"
 #include "version.h"
@@ -564,11 +565,6 @@ static int load_config(struct plan_cli *o, struct config **cfg, size_t *n) {
     return 0;
 }
 
-static const char *base_name(const char *path) {
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
-}
-
 int cmd_plan_main(int argc, char **argv, const char *llama_server) {
     (void)llama_server;
     struct plan_cli o = {.settings = plan_default_settings()};
@@ -597,7 +593,7 @@ int cmd_plan_main(int argc, char **argv, const char *llama_server) {
             goto done;
         }
         fm[i] = cm ? (struct fit_model){cm->name, pm[i], cm->settings, cm->pin}
-                   : (struct fit_model){base_name(path), pm[i], o.settings, false};
+                   : (struct fit_model){host_base_name(path), pm[i], o.settings, false};
         if (plan_model_is_encoder(pm[i]) && !cm)
             fm[i].settings.ctx = 0; /* whole-batch encoders run at their window */
     }

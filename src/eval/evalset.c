@@ -616,7 +616,15 @@ static tandem_err load_open(const char *path, FILE **f, struct evalset **out, ch
     return TANDEM_OK;
 }
 
-tandem_err evalset_load(const char *path, struct evalset **out, char *err, size_t errlen) {
+/* What a format checks once its lines are read (load_set calls it only when
+ * reading succeeded): messages go to st->r, other failures are returned. */
+typedef tandem_err (*set_check_fn)(const char *path, struct evalset *s, struct load_state *st);
+
+/* The body of both loaders: opens path, parses its lines with parse, runs
+ * check, and reports as evalset_load() does; *skipped (optional) gets the
+ * lines that held no case. */
+static tandem_err load_set(const char *path, line_fn parse, set_check_fn check,
+                           struct evalset **out, size_t *skipped, char *err, size_t errlen) {
     *out = NULL;
     FILE *f;
     struct evalset *s;
@@ -625,23 +633,34 @@ tandem_err evalset_load(const char *path, struct evalset **out, char *err, size_
         return e;
     struct load_state st = {0};
     mem_buf_init(&st.r.msgs, 64 * 1024);
-    e = load_lines(f, s, evalset_parse_line, &st, err, errlen);
+    e = load_lines(f, s, parse, &st, err, errlen);
     fclose(f);
-    if (!e && st.r.n_bad == 0 && s->n_cases == 0) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s: no cases (the file is empty or only blank lines)", path);
-        report_add(&st.r, msg);
-    }
-    if (!e && st.r.n_bad < EVALSET_MAX_REPORTED_ERRORS)
-        e = check_unique_ids(s, &st.r);
+    if (!e)
+        e = check(path, s, &st);
     e = load_finish(path, e, &st, err, errlen);
     mem_buf_deinit(&st.r.msgs);
     if (e) {
         evalset_free(s);
         return e;
     }
+    if (skipped)
+        *skipped = st.skipped;
     *out = s;
     return TANDEM_OK;
+}
+
+/* An eval set has at least one case, and unique ids. */
+static tandem_err check_eval_set(const char *path, struct evalset *s, struct load_state *st) {
+    if (st->r.n_bad == 0 && s->n_cases == 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s: no cases (the file is empty or only blank lines)", path);
+        report_add(&st->r, msg);
+    }
+    return st->r.n_bad < EVALSET_MAX_REPORTED_ERRORS ? check_unique_ids(s, &st->r) : TANDEM_OK;
+}
+
+tandem_err evalset_load(const char *path, struct evalset **out, char *err, size_t errlen) {
+    return load_set(path, evalset_parse_line, check_eval_set, out, NULL, err, errlen);
 }
 
 /* --- audit logs ------------------------------------------------------------------ */
@@ -717,37 +736,22 @@ static tandem_err drop_repeated_ids(struct evalset *s, size_t *skipped) {
     return TANDEM_OK;
 }
 
-tandem_err evalset_load_audit(const char *path, struct evalset **out, size_t *skipped, char *err,
-                              size_t errlen) {
-    *out = NULL;
-    FILE *f;
-    struct evalset *s;
-    tandem_err e = load_open(path, &f, &s, err, errlen);
-    if (e)
-        return e;
-    struct load_state st = {0};
-    mem_buf_init(&st.r.msgs, 64 * 1024);
-    e = load_lines(f, s, audit_parse_line, &st, err, errlen);
-    fclose(f);
-    if (!e && !st.r.n_bad)
-        e = drop_repeated_ids(s, &st.skipped);
-    if (!e && st.r.n_bad == 0 && s->n_cases == 0) {
+/* An audit log's retried requests count once, and it holds at least one case. */
+static tandem_err check_audit(const char *path, struct evalset *s, struct load_state *st) {
+    tandem_err e = st->r.n_bad ? TANDEM_OK : drop_repeated_ids(s, &st->skipped);
+    if (!e && st->r.n_bad == 0 && s->n_cases == 0) {
         char msg[512];
         snprintf(msg, sizeof msg,
                  "%s: no /v1/systemone request with its body among %zu line(s) (bodies are "
-                 "logged only with logs.bodies: true)", path, st.lineno);
-        report_add(&st.r, msg);
+                 "logged only with logs.bodies: true)", path, st->lineno);
+        report_add(&st->r, msg);
     }
-    e = load_finish(path, e, &st, err, errlen);
-    mem_buf_deinit(&st.r.msgs);
-    if (e) {
-        evalset_free(s);
-        return e;
-    }
-    if (skipped)
-        *skipped = st.skipped;
-    *out = s;
-    return TANDEM_OK;
+    return e;
+}
+
+tandem_err evalset_load_audit(const char *path, struct evalset **out, size_t *skipped, char *err,
+                              size_t errlen) {
+    return load_set(path, audit_parse_line, check_audit, out, skipped, err, errlen);
 }
 
 tandem_err evalset_detect_audit(const char *path, bool *is_audit, char *err, size_t errlen) {

@@ -365,6 +365,7 @@ static void initialize(struct mcp *m, const json_t *id, const json_t *params, st
                                      "capabilities", "tools", "listChanged", 1, "serverInfo",
                                      server_info(), "instructions", INSTRUCTIONS),
                        m->version));
+    out->handshake = true;
 }
 
 static void discover(struct mcp *m, const json_t *id, struct mcp_out *out) {
@@ -915,6 +916,16 @@ json_t *mcp_call_result(const struct mcp_call *call, int status, const char *bod
     }
     json_decref(answer);
     return msg;
+}
+
+json_t *mcp_progress_next(struct mcp_progress_state *st, const json_t *token,
+                          const json_t *status, const json_t *models) {
+    char detail[sizeof st->phase];
+    mcp_phase(status, models, detail, sizeof detail);
+    if (!strcmp(detail, st->phase))
+        return NULL;
+    memcpy(st->phase, detail, sizeof detail);
+    return mcp_progress(token, ++st->sent, detail);
 }
 
 const char *mcp_phase(const json_t *status, const json_t *models, char *detail, size_t cap) {

@@ -80,6 +80,7 @@ struct mcp_out {
     json_t *id;           /* MCP_CANCEL, MCP_LISTEN: the caller owns it */
     bool modern;          /* the message was a request of the current revision (HTTP
                            * answers its errors with a status: mcp_http_status) */
+    bool handshake;       /* MCP_SEND: msg accepts an initialize (a handshake began) */
 };
 
 struct mcp; /* opaque: one client's session */
@@ -135,6 +136,19 @@ json_t *mcp_progress(const json_t *token, unsigned progress, const char *message
  * "running" while one runs a request, else "queued"; detail[cap] gets a
  * line for the agent ("loading decider: reading weights"). */
 const char *mcp_phase(const json_t *status, const json_t *models, char *detail, size_t cap);
+
+/* Where one call's progress reports stand. Start zeroed. */
+struct mcp_progress_state {
+    char phase[160]; /* the last message sent; "" before the first */
+    unsigned sent;   /* messages sent */
+};
+
+/* The call's phase in status (mcp_phase; NULL status = "queued") as a
+ * notifications/progress message for token, or NULL when the message is the
+ * one *st says was sent last. On a message, *st records it. Returns a new
+ * message (caller owns). */
+json_t *mcp_progress_next(struct mcp_progress_state *st, const json_t *token,
+                          const json_t *status, const json_t *models);
 
 /* notifications/tools/list_changed. Returns a new message (caller owns). */
 json_t *mcp_list_changed(void);

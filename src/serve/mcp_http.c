@@ -36,8 +36,7 @@ struct exchange {
     struct mcp_call call;
     char session[40];
     struct event *timer;       /* progress, while streaming */
-    char phase[160];
-    unsigned progress;
+    struct mcp_progress_state progress;
     bool streaming, cancelled;
     bool stopping;             /* cancelled because the daemon stops */
     struct exchange *next;
@@ -167,13 +166,10 @@ static void on_progress_timer(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     struct exchange *x = arg;
     json_t *status = x->h->env.status(x->h->env.status_user);
-    char detail[160];
-    mcp_phase(status, x->call.models, detail, sizeof detail);
+    json_t *msg = mcp_progress_next(&x->progress, x->call.progress_token, status, x->call.models);
     json_decref(status);
-    if (strcmp(detail, x->phase)) {
-        snprintf(x->phase, sizeof x->phase, "%s", detail);
-        stream_msg(x->client, mcp_progress(x->call.progress_token, ++x->progress, detail));
-    }
+    if (msg)
+        stream_msg(x->client, msg);
     struct timeval tv = {0, PROGRESS_MS * 1000};
     evtimer_add(x->timer, &tv);
 }
@@ -376,9 +372,8 @@ int mcp_http_serve(struct mcp_http *h, struct http_req *r, const char *body, siz
     mcp_handle(m, body, len, &out);
     mcp_free(m);
     if (out.action == MCP_SEND) {
-        const json_t *result = json_object_get(out.msg, "result");
-        if (json_object_get(result, "protocolVersion") && json_object_get(result, "serverInfo"))
-            new_session(r); /* a handshake's initialize answer */
+        if (out.handshake)
+            new_session(r);
         status = out.modern ? mcp_http_status(out.msg) : 200;
         reply_msg(r, status, out.msg);
     } else if (out.action == MCP_CALL) {
