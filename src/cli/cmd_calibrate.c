@@ -27,6 +27,7 @@
 #include "base/hash.h"
 #include "base/host.h"
 #include "base/mem.h"
+#include "cli/api_key.h"
 #include "cli/cmd_eval.h"
 #include "cli/model_endpoint.h"
 #include "eval/calib.h"
@@ -45,7 +46,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tandem calibrate MODEL.gguf --data FILE --out OUT.gguf [--endpoint E]\n"
             "                        [--model M] [--holdout F] [--seed S] [--min-bucket N]\n"
-            "                        [--json] [--api-key KEY] [--timeout S] [--concurrency K]\n"
+            "                        [--json] [--api-key-file FILE] [--timeout S]\n"
+            "                        [--concurrency K]\n"
             "\n"
             "Fits new decision temperatures for MODEL.gguf from its served answers to FILE\n"
             "(docs/eval-format.md) and writes them into a copy, OUT.gguf. Without --endpoint\n"
@@ -68,7 +70,9 @@ static void usage(FILE *f) {
             "  --min-bucket N      answers a bucket fit needs in each split (default %d)\n"
             "  --json              the machine-readable summary, with every question's\n"
             "                      predicted probabilities from the copy (docs/calibrate.md)\n"
-            "  --api-key KEY       sent as a bearer token (default: $TANDEM_API_KEY, if set)\n"
+            "  --api-key-file FILE the bearer token: the file's first line that is not empty\n"
+            "                      or a # comment; mode 0600 (default: $TANDEM_API_KEY, if\n"
+            "                      set; never on the command line, which every user can read)\n"
             "  --timeout S         seconds per request (default 60)\n"
             "  --concurrency K     requests in flight (default 1, at most %u)\n"
             "  -h, --help\n"
@@ -81,7 +85,8 @@ static void usage(FILE *f) {
 
 struct cal_cli {
     struct eval_params p;
-    const char *model, *data, *out;
+    const char *model, *data, *out, *key_file;
+    char key[API_KEY_MAX];
     const char *llama_server; /* for the private daemon (no --endpoint) */
     double holdout, timeout_s;
     unsigned seed, min_bucket;
@@ -95,7 +100,8 @@ static int parse_option(int c, struct cal_cli *o) {
     case 'o': o->out = optarg; return 0;
     case 'm': o->p.model = optarg; return 0;
     case 'j': o->as_json = 1; return 0;
-    case 'k': o->p.api_key = optarg; return 0;
+    case 'K': o->key_file = optarg; return 0;
+    case 'k': fprintf(stderr, "tandem calibrate: %s\n", api_key_argv_refusal()); return 2;
     case 'H':
         return cmd_eval_parse_double("calibrate", "--holdout", optarg, 0.05, 0.95, &o->holdout);
     case 't':
@@ -120,7 +126,8 @@ static int parse_args(int argc, char **argv, struct cal_cli *o) {
         {"out", required_argument, NULL, 'o'},      {"model", required_argument, NULL, 'm'},
         {"holdout", required_argument, NULL, 'H'},  {"seed", required_argument, NULL, 's'},
         {"min-bucket", required_argument, NULL, 'b'}, {"json", no_argument, NULL, 'j'},
-        {"api-key", required_argument, NULL, 'k'},  {"timeout", required_argument, NULL, 't'},
+        {"api-key", required_argument, NULL, 'k'},  {"api-key-file", required_argument, NULL, 'K'},
+        {"timeout", required_argument, NULL, 't'},
         {"concurrency", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
         {0},
     };
@@ -140,8 +147,11 @@ static int parse_args(int argc, char **argv, struct cal_cli *o) {
         fprintf(stderr, "tandem calibrate: --data FILE and --out FILE are required\n");
         return 2;
     }
-    if (!o->p.api_key && getenv("TANDEM_API_KEY") && *getenv("TANDEM_API_KEY"))
-        o->p.api_key = getenv("TANDEM_API_KEY");
+    char err[600];
+    if (api_key_resolve(o->key_file, o->key, sizeof o->key, &o->p.api_key, err, sizeof err)) {
+        fprintf(stderr, "tandem calibrate: %s\n", err);
+        return 2;
+    }
     o->p.timeout_ms = (long)(o->timeout_s * 1000);
     return 0;
 }

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/api_key.h"
 #include "cli/cmd_eval.h"
 #include "cli/model_endpoint.h"
 #include "base/mem.h"
@@ -31,8 +32,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tandem drift --ref ENDPOINT --cand ENDPOINT --data FILE [--config F]\n"
             "                    [--model-ref M] [--model-cand M] [--top N] [--concurrency K]\n"
-            "                    [--margin M] [--repeat N] [--json] [--api-key KEY] [--timeout S]\n"
-            "                    [--retries R]\n"
+            "                    [--margin M] [--repeat N] [--json] [--api-key-file FILE]\n"
+            "                    [--timeout S] [--retries R]\n"
             "\n"
             "Sends every case of FILE (docs/eval-format.md; gold answers are optional) to the\n"
             "reference and the candidate endpoint and compares the answers question by\n"
@@ -59,7 +60,8 @@ static void usage(FILE *f) {
             "                          measure the noise to tell drift from\n"
             "  --concurrency K         requests in flight per endpoint (default 1)\n"
             "  --json                  the stable machine-readable summary (docs/eval.md)\n"
-            "  --api-key KEY           bearer token for both (default: $TANDEM_API_KEY)\n"
+            "  --api-key-file FILE     bearer token for both, as for tandem eval (default:\n"
+            "                          $TANDEM_API_KEY)\n"
             "  --timeout S, --retries R   as for tandem eval\n"
             "  -h, --help\n"
             "\n"
@@ -399,7 +401,7 @@ static void print_table(const json_t *s) {
 
 int cmd_drift_main(int argc, char **argv, const char *llama_server) {
     enum { O_REF = 256, O_CAND, O_MREF, O_MCAND, O_DATA, O_TOP, O_CONC, O_JSON, O_KEY,
-           O_TIMEOUT, O_RETRIES, O_CONFIG, O_MARGIN, O_REPEAT };
+           O_TIMEOUT, O_RETRIES, O_CONFIG, O_MARGIN, O_REPEAT, O_KEY_FILE };
     static const struct option opts[] = {
         {"ref", required_argument, NULL, O_REF},
         {"cand", required_argument, NULL, O_CAND},
@@ -410,6 +412,7 @@ int cmd_drift_main(int argc, char **argv, const char *llama_server) {
         {"concurrency", required_argument, NULL, O_CONC},
         {"json", no_argument, NULL, O_JSON},
         {"api-key", required_argument, NULL, O_KEY},
+        {"api-key-file", required_argument, NULL, O_KEY_FILE},
         {"timeout", required_argument, NULL, O_TIMEOUT},
         {"retries", required_argument, NULL, O_RETRIES},
         {"config", required_argument, NULL, O_CONFIG},
@@ -420,7 +423,8 @@ int cmd_drift_main(int argc, char **argv, const char *llama_server) {
     };
     struct eval_params p = eval_default_params();
     const char *ref = NULL, *cand = NULL, *mref = NULL, *mcand = NULL, *data = NULL;
-    const char *config = NULL;
+    const char *config = NULL, *key_file = NULL;
+    static char key[API_KEY_MAX];
     struct drift_options o = cmd_drift_default_options();
     unsigned top = DEFAULT_TOP, timeout_s = 60;
     int c, as_json = 0, rc = 0;
@@ -438,7 +442,10 @@ int cmd_drift_main(int argc, char **argv, const char *llama_server) {
                                      1, EVAL_MAX_CONCURRENCY, &p.concurrency);
             break;
         case O_JSON: as_json = 1; break;
-        case O_KEY: p.api_key = optarg; break;
+        case O_KEY:
+            fprintf(stderr, "tandem drift: %s\n", api_key_argv_refusal());
+            return 2;
+        case O_KEY_FILE: key_file = optarg; break;
         case O_CONFIG: config = optarg; break;
         case O_REPEAT:
             rc = cmd_eval_parse_uint("drift", "--repeat", optarg, 1, EVAL_MAX_REPEAT, &p.repeat);
@@ -467,11 +474,13 @@ int cmd_drift_main(int argc, char **argv, const char *llama_server) {
         usage(stderr);
         return 2;
     }
-    if (!p.api_key && getenv("TANDEM_API_KEY") && *getenv("TANDEM_API_KEY"))
-        p.api_key = getenv("TANDEM_API_KEY");
+    static char err[64 * 1024];
+    if (api_key_resolve(key_file, key, sizeof key, &p.api_key, err, sizeof err)) {
+        fprintf(stderr, "tandem drift: %s\n", err);
+        return 2;
+    }
     p.timeout_ms = (long)timeout_s * 1000;
 
-    static char err[64 * 1024];
     struct evalset *set;
     if (evalset_load(data, &set, err, sizeof err) != TANDEM_OK) {
         fprintf(stderr, "%s\n", err);

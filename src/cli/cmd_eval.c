@@ -25,6 +25,7 @@
 #include "eval/metrics.h"
 #include "eval/permute.h"
 #include "eval/report.h"
+#include "cli/api_key.h"
 #include "cli/cmd_eval_thresholds.h"
 #include "cli/model_endpoint.h"
 
@@ -36,7 +37,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tandem eval (--endpoint E [--model M] | --config F --model M) --data FILE\n"
             "                   [--repeat N] [--concurrency K] [--report out.html] [--json]\n"
-            "                   [--api-key KEY] [--low-confidence P] [--timeout S] [--retries R]\n"
+            "                   [--api-key-file FILE] [--low-confidence P] [--timeout S]\n"
+            "                   [--retries R]\n"
             "                   [--target-risk R] [--bootstrap N] [--seed S] [--permute K]\n"
             "                   [--suggest-thresholds [--target-precision P]\n"
             "                    [--write-thresholds PIPELINE (--config F | --apply F)]]\n"
@@ -65,7 +67,9 @@ static void usage(FILE *f) {
             "  --report FILE         also write a self-contained HTML report with a reliability\n"
             "                        diagram and a confidence histogram\n"
             "  --json                the stable machine-readable summary (docs/eval.md)\n"
-            "  --api-key KEY         sent as a bearer token (default: $TANDEM_API_KEY, if set)\n"
+            "  --api-key-file FILE   the bearer token: the file's first line that is not empty\n"
+            "                        or a # comment; mode 0600 (default: $TANDEM_API_KEY, if\n"
+            "                        set; never on the command line, which every user can read)\n"
             "  --low-confidence P    threshold of the low-confidence rate (default %.1f)\n"
             "  --timeout S           seconds per request (default 60)\n"
             "  --retries R           retries after HTTP 429, 503 or 529 (default 2)\n"
@@ -664,7 +668,8 @@ int cmd_eval_parse_double(const char *cmd, const char *flag, const char *s, doub
 struct eval_cli {
     struct eval_params p;
     struct cmd_eval_scoring sc;
-    const char *data, *report, *config, *compare;
+    const char *data, *report, *config, *compare, *key_file;
+    char key[API_KEY_MAX];
     double timeout_s;
     int as_json;
     unsigned permute;                 /* --permute K: option orders asked per choice question */
@@ -676,7 +681,7 @@ struct eval_cli {
 static int parse_args(int argc, char **argv, struct eval_cli *o) {
     enum { O_ENDPOINT = 256, O_CONFIG, O_MODEL, O_DATA, O_REPEAT, O_CONC, O_REPORT, O_JSON,
            O_KEY, O_LOW, O_TIMEOUT, O_RETRIES, O_RISK, O_BOOT, O_SEED, O_PERMUTE, O_SUGGEST,
-           O_PRECISION, O_WRITE, O_APPLY, O_COMPARE };
+           O_PRECISION, O_WRITE, O_APPLY, O_COMPARE, O_KEY_FILE };
     static const struct option opts[] = {
         {"endpoint", required_argument, NULL, O_ENDPOINT},
         {"config", required_argument, NULL, O_CONFIG},
@@ -687,6 +692,7 @@ static int parse_args(int argc, char **argv, struct eval_cli *o) {
         {"report", required_argument, NULL, O_REPORT},
         {"json", no_argument, NULL, O_JSON},
         {"api-key", required_argument, NULL, O_KEY},
+        {"api-key-file", required_argument, NULL, O_KEY_FILE},
         {"low-confidence", required_argument, NULL, O_LOW},
         {"timeout", required_argument, NULL, O_TIMEOUT},
         {"retries", required_argument, NULL, O_RETRIES},
@@ -720,7 +726,10 @@ static int parse_args(int argc, char **argv, struct eval_cli *o) {
             break;
         case O_REPORT: o->report = optarg; break;
         case O_JSON: o->as_json = 1; break;
-        case O_KEY: o->p.api_key = optarg; break;
+        case O_KEY:
+            fprintf(stderr, "tandem eval: %s\n", api_key_argv_refusal());
+            return 2;
+        case O_KEY_FILE: o->key_file = optarg; break;
         case O_LOW:
             rc = cmd_eval_parse_double("eval", "--low-confidence", optarg, 0, 1, &o->sc.low);
             break;
@@ -776,8 +785,11 @@ static int parse_args(int argc, char **argv, struct eval_cli *o) {
                         "config:M); --endpoint %s needs neither\n", o->config, o->p.endpoint);
         return 2;
     }
-    if (!o->p.api_key && getenv("TANDEM_API_KEY") && *getenv("TANDEM_API_KEY"))
-        o->p.api_key = getenv("TANDEM_API_KEY");
+    char err[600];
+    if (api_key_resolve(o->key_file, o->key, sizeof o->key, &o->p.api_key, err, sizeof err)) {
+        fprintf(stderr, "tandem eval: %s\n", err);
+        return 2;
+    }
     o->p.timeout_ms = (long)(o->timeout_s * 1000);
     return cmd_eval_thresholds_check_args(&o->th, o->config);
 }

@@ -4,7 +4,19 @@
  * the requests (one implementation, one behaviour) and starts only the
  * engines the requests need. Readiness comes over sd_notify on an abstract
  * datagram socket; the URL comes in the same message, since the child binds
- * port 0. */
+ * port 0.
+ *
+ * Only the child can make us ready. An abstract socket has no permissions:
+ * its name shows in /proc/net/unix and any local user may send to it, and a
+ * forged "READY=1 / STATUS=serving on http://attacker" would receive the API
+ * key and the request. So the socket has SO_PASSCRED, and the kernel stamps
+ * every datagram with its sender's pid and uid (SCM_CREDENTIALS; only
+ * CAP_SYS_ADMIN can claim another pid); a message counts only when that pid
+ * is the child's and the uid ours. The child is ours and not yet reaped, so
+ * its pid cannot be reused by anyone else while we wait. Anything else is
+ * dropped (said with --verbose) and the wait goes on. We chose this over an
+ * inherited socketpair because `tandem serve` keeps speaking plain sd_notify,
+ * the same code path systemd's $NOTIFY_SOCKET uses. */
 #include "cli/private_daemon.h"
 
 #include <errno.h>
@@ -20,6 +32,7 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,12 +56,14 @@ static int notify_socket(char *name, size_t cap) {
     unsigned rnd = 0;
     (void)!getrandom(&rnd, sizeof rnd, 0);
     snprintf(name, cap, "@tandem-private-%ld-%08x", (long)getpid(), rnd);
-    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     size_t n = strlen(name);
     memcpy(a.sun_path, name, n);
     a.sun_path[0] = '\0';
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n))) {
+    int on = 1;
+    if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof on) ||
+                    bind(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)))) {
         close(fd);
         return -1;
     }
@@ -95,7 +110,57 @@ static void show_log_tail(const struct private_daemon *d) {
     fclose(f);
 }
 
-/* Waits for READY=1 and the URL in STATUS=. Returns false after a message. */
+/* Receives one datagram into msg (NUL-terminated) and returns its length,
+ * or -1 when none is queued. *from is the sender's pid by SCM_CREDENTIALS
+ * when its uid is ours, else -1. */
+static ssize_t recv_from_pid(int sock, char *msg, size_t cap, pid_t *from) {
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(struct ucred))];
+    } ctl;
+    struct iovec iov = {.iov_base = msg, .iov_len = cap - 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                        .msg_controllen = sizeof ctl.buf};
+    ssize_t n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0)
+        return -1;
+    msg[n] = '\0';
+    *from = -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_CREDENTIALS ||
+            c->cmsg_len < CMSG_LEN(sizeof(struct ucred)))
+            continue;
+        struct ucred cred;
+        memcpy(&cred, CMSG_DATA(c), sizeof cred);
+        if (cred.uid == getuid())
+            *from = cred.pid;
+    }
+    return n;
+}
+
+/* Reads every queued datagram; true once the child's own says READY=1 and
+ * the URL in STATUS=. Others are dropped. */
+static bool read_ready(struct private_daemon *d) {
+    char msg[1024];
+    pid_t from;
+    ssize_t n;
+    while ((n = recv_from_pid(d->sock, msg, sizeof msg, &from)) >= 0) {
+        if (from != d->pid) {
+            if (d->p.verbose)
+                fprintf(stderr, "%s: ignored a readiness message from pid %ld, not the private "
+                                "daemon (%ld)\n", d->p.command, (long)from, (long)d->pid);
+            continue;
+        }
+        const char *url = strstr(msg, "STATUS=serving on ");
+        if (strstr(msg, "READY=1") && url) {
+            snprintf(d->url, sizeof d->url, "%.*s", (int)strcspn(url + 18, "\n"), url + 18);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Waits for the child's READY=1. Returns false after a message. */
 static bool wait_ready(struct private_daemon *d) {
     int64_t deadline = host_now_ms() + READY_TIMEOUT_MS;
     while (host_now_ms() < deadline) {
@@ -107,18 +172,8 @@ static bool wait_ready(struct private_daemon *d) {
             return false;
         }
         struct pollfd p = {.fd = d->sock, .events = POLLIN};
-        if (poll(&p, 1, 100) <= 0)
-            continue;
-        char msg[1024];
-        ssize_t n = recv(d->sock, msg, sizeof msg - 1, 0);
-        if (n <= 0)
-            continue;
-        msg[n] = '\0';
-        const char *url = strstr(msg, "STATUS=serving on ");
-        if (strstr(msg, "READY=1") && url) {
-            snprintf(d->url, sizeof d->url, "%.*s", (int)strcspn(url + 18, "\n"), url + 18);
+        if (poll(&p, 1, 100) > 0 && read_ready(d))
             return true;
-        }
     }
     fprintf(stderr, "%s: the private daemon was not ready after %d s\n", d->p.command,
             READY_TIMEOUT_MS / 1000);
