@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -60,6 +61,62 @@ Test(engine_child, stubborn_child_gets_sigkill_after_grace) {
     cr_assert_eq(engine_child_stop(c, 300, &status), TANDEM_OK);
     cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
     engine_child_free(c);
+}
+
+/* The child's environment, as /usr/bin/env prints it into a log of its own. */
+static char *child_environment(char *const *env, char *buf, size_t cap) {
+    char log[] = "/tmp/tandem-child-env-XXXXXX";
+    int fd = mkstemp(log);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    char *argv[] = {"/usr/bin/env", NULL};
+    struct engine_child *c = NULL;
+    char err[256] = "";
+    cr_assert_eq(engine_child_spawn(argv, env, log, 1, &c, err, sizeof err), TANDEM_OK, "%s", err);
+    struct pollfd p = {.fd = engine_child_exit_fd(c), .events = POLLIN};
+    cr_assert_eq(poll(&p, 1, 5000), 1, "env did not exit");
+    bool exited = false;
+    int status = 0;
+    cr_assert_eq(engine_child_poll(c, &exited, &status), TANDEM_OK);
+    cr_assert(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    engine_child_free(c);
+    FILE *f = fopen(log, "r");
+    cr_assert(f);
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    unlink(log);
+    return buf;
+}
+
+Test(engine_child, environment_is_an_allowlist_plus_explicit_entries) {
+    setenv("PATH", "/usr/bin:/bin", 1);
+    setenv("LANG", "C.UTF-8", 1);
+    setenv("LC_ALL", "C", 1);
+    setenv("CUDA_VISIBLE_DEVICES", "1", 1);
+    setenv("GGML_CUDA_NO_PINNED", "1", 1);
+    setenv("OMP_NUM_THREADS", "2", 1);
+    setenv("LLAMA_ARG_PORT", "9", 1);         /* would reconfigure the engine */
+    setenv("LLAMA_ARG_API_KEY_FILE", "/x", 1);
+    setenv("LLAMA_SERVER_SLOTS_DEBUG", "1", 1);
+    setenv("HF_TOKEN", "hf-secret", 1);
+    setenv("OPENAI_API_KEY", "sk-secret", 1); /* meant for a remote upstream */
+    setenv("TANDEM_API_KEY", "k-secret", 1);
+    setenv("PATHOLOGICAL", "1", 1);           /* a name that starts like PATH */
+    char *env[] = {"LLAMA_SERVER_SLOTS_DEBUG=2", "CUDA_VISIBLE_DEVICES=0", NULL};
+    static char out[65536];
+    child_environment(env, out, sizeof out);
+    cr_expect(strstr(out, "PATH=/usr/bin:/bin\n"), "%s", out);
+    cr_expect(strstr(out, "LANG=C.UTF-8\n") && strstr(out, "LC_ALL=C\n"), "%s", out);
+    cr_expect(strstr(out, "GGML_CUDA_NO_PINNED=1\n") && strstr(out, "OMP_NUM_THREADS=2\n"),
+              "%s", out);
+    /* explicit entries win over, and are the only way to, LLAMA_* */
+    cr_expect(strstr(out, "LLAMA_SERVER_SLOTS_DEBUG=2\n") && strstr(out, "CUDA_VISIBLE_DEVICES=0\n"),
+              "%s", out);
+    cr_expect(!strstr(out, "CUDA_VISIBLE_DEVICES=1"), "%s", out);
+    cr_expect(!strstr(out, "LLAMA_ARG_"), "%s", out);
+    cr_expect(!strstr(out, "secret"), "%s", out);
+    cr_expect(!strstr(out, "PATHOLOGICAL"), "%s", out);
 }
 
 Test(engine_child, missing_binary_is_a_spawn_error) {

@@ -184,8 +184,33 @@ static bool same_name(const char *a, const char *e) {
     return !strncmp(a, e, n) && e[n] == '=';
 }
 
-/* environ with env's entries replacing or adding theirs (shallow; free the
- * array only), or NULL on OOM. */
+/* Whether the child inherits tandem's "NAME=value" entry e. An allowlist:
+ * the engine reads LLAMA_ARG_* as its options (and LLAMA_SERVER_*, HF_TOKEN,
+ * AIP_* besides), and tandem's environment may hold keys meant for remote
+ * upstreams, so only what a process, a locale and a GPU or BLAS backend need
+ * passes (docs/serve.md, "The engines' environment"). LLAMA_* reaches a
+ * child only as an explicit env entry. */
+static bool inherited(const char *e) {
+    static const char *const names[] = {
+        "PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
+        "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL", "ONEAPI_DEVICE_SELECTOR",
+    };
+    static const char *const prefixes[] = {
+        "LC_",   "GGML_", "CUDA_",     "NVIDIA_", "__NV_", "OMP_", "GOMP_", "KMP_",
+        "OPENBLAS_", "MKL_", "HSA_", "HIP_", "ROCM_", "VK_", "SYCL_", "ZE_",
+    };
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (same_name(names[i], e))
+            return true;
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+        if (!strncmp(e, prefixes[i], strlen(prefixes[i])))
+            return true;
+    return false;
+}
+
+/* The allowlisted part of environ with env's entries replacing or adding
+ * theirs (shallow; free the array only), or NULL on OOM. */
 static char **child_env(char *const *env) {
     size_t n = 0, k = 0;
     while (environ[n])
@@ -195,7 +220,7 @@ static char **child_env(char *const *env) {
     char **out = mem_calloc(n + k + 1, sizeof *out);
     size_t o = 0;
     for (size_t i = 0; out && i < n; i++) {
-        bool replaced = false;
+        bool replaced = !inherited(environ[i]);
         for (size_t j = 0; j < k && !replaced; j++)
             replaced = same_name(env[j], environ[i]);
         if (!replaced)

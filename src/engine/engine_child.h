@@ -47,9 +47,11 @@ void engine_child_argv_free(char **argv);
  * released), or 0 on failure. */
 uint16_t engine_child_free_port(void);
 
-/* Starts argv[0] with argv (borrowed for the call) and the environment plus
- * env (NULL, or NULL-terminated "NAME=value" entries that replace or add to
- * the inherited ones; borrowed), appending its output to log_path (created
+/* Starts argv[0] with argv (borrowed for the call) and an allowlisted part
+ * of tandem's environment (PATH, HOME, the locale, TZ, TMPDIR, the GPU and
+ * BLAS backends' variables; never LLAMA_*: docs/serve.md) plus env (NULL, or
+ * NULL-terminated "NAME=value" entries that replace or add to the inherited
+ * ones; borrowed), appending its output to log_path (created
  * 0600). port is what argv binds (for engine_child_port).
  * On success *out is a new handle (caller frees with engine_child_free).
  * Returns TANDEM_ERR_IO (log file), TANDEM_ERR_SPAWN (fork/exec; err says
