@@ -14,6 +14,7 @@
  * a daemon. tests/fuzz/fuzz_mcp.c checks the same contracts on any input. */
 #include <criterion/criterion.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1495,4 +1496,66 @@ Test(mcp, progress_next_sends_each_phase_once) {
     json_decref(loading);
     json_decref(models);
     json_decref(token);
+}
+
+/* --- sessions ---------------------------------------------------------------------------------- */
+
+Test(mcp, a_session_is_needed_after_initialize_in_the_handshake_revisions_only) {
+#define NEEDS(msg, version) mcp_needs_session(msg, strlen(msg), version)
+    cr_expect(!NEEDS("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{}}", NULL));
+    cr_expect(NEEDS("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}", NULL));
+    cr_expect(NEEDS("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}", "2025-11-25"));
+    cr_expect(NEEDS("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
+                    "\"params\":{\"requestId\":1}}", "2025-06-18"));
+    /* the current revision is stateless */
+    cr_expect(!NEEDS("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}", "2026-07-28"));
+    cr_expect(!NEEDS("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"server/discover\"}", NULL));
+    cr_expect(!NEEDS("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\",\"params\":{\"_meta\":"
+                     "{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}}}", NULL));
+    /* not a message with a method: the protocol answers it */
+    cr_expect(!NEEDS("not json", NULL));
+    cr_expect(!NEEDS("[{\"method\":\"ping\"}]", NULL));
+#undef NEEDS
+}
+
+Test(mcp, sessions_are_known_until_ended_or_idle) {
+    struct mcp_sessions *s = mcp_sessions_new(4, 1000);
+    cr_assert(s);
+    cr_expect(!mcp_sessions_use(s, "a", 0));
+    cr_expect(!mcp_sessions_use(s, NULL, 0) && !mcp_sessions_use(s, "", 0));
+    mcp_sessions_add(s, "a", 0);
+    mcp_sessions_add(s, "b", 0);
+    cr_expect(mcp_sessions_use(s, "a", 900));  /* used at 900: alive until 1900 */
+    cr_expect(!mcp_sessions_use(s, "b", 1000)); /* idle for 1000 ms: gone */
+    cr_expect(mcp_sessions_use(s, "a", 1800));
+    cr_expect(mcp_sessions_end(s, "a", 1800));
+    cr_expect(!mcp_sessions_use(s, "a", 1800) && !mcp_sessions_end(s, "a", 1800));
+    mcp_sessions_free(s);
+    mcp_sessions_free(NULL);
+}
+
+Test(mcp, a_full_session_table_drops_the_least_recently_used) {
+    struct mcp_sessions *s = mcp_sessions_new(3, 1000000);
+    mcp_sessions_add(s, "s1", 10);
+    mcp_sessions_add(s, "s2", 20);
+    mcp_sessions_add(s, "s3", 30);
+    cr_expect(mcp_sessions_use(s, "s1", 40)); /* s2 is now the least recently used */
+    for (int i = 0; i < 1000; i++) {          /* the table never grows */
+        char id[16];
+        snprintf(id, sizeof id, "x%d", i);
+        mcp_sessions_add(s, id, 50 + i);
+    }
+    cr_expect(!mcp_sessions_use(s, "s1", 2000) && !mcp_sessions_use(s, "s2", 2000));
+    cr_expect(mcp_sessions_use(s, "x999", 2000) && mcp_sessions_use(s, "x998", 2000));
+    mcp_sessions_free(s);
+    s = mcp_sessions_new(3, 1000000);
+    mcp_sessions_add(s, "s1", 10);
+    mcp_sessions_add(s, "s2", 20);
+    mcp_sessions_add(s, "s3", 30);
+    cr_expect(mcp_sessions_use(s, "s1", 40));
+    mcp_sessions_add(s, "s4", 50);
+    cr_expect(mcp_sessions_use(s, "s1", 60) && !mcp_sessions_use(s, "s2", 60));
+    cr_expect(mcp_sessions_use(s, "s3", 60) && mcp_sessions_use(s, "s4", 60));
+    cr_expect_null(mcp_sessions_new(0, 1));
+    mcp_sessions_free(s);
 }

@@ -1319,7 +1319,7 @@ static void mcp_catalog(struct api *a, json_t **pipelines, json_t **models) {
     mcp_http_set_catalog(a->mcp, *pipelines, *models);
 }
 
-/* POST /mcp: handed to the MCP's HTTP transport, which answers it. */
+/* POST and DELETE /mcp: handed to the MCP's HTTP transport, which answers them. */
 static void handle_mcp(struct call *c) {
     struct api *a = c->api;
     if (!a->p.cfg->mcp_http) {
@@ -1335,7 +1335,7 @@ static void handle_mcp(struct call *c) {
             return;
         }
     }
-    if (!read_body(c))
+    if (http_req_method(c->r) != EVHTTP_REQ_DELETE && !read_body(c)) /* DELETE ends a session */
         return;
     json_t *pipelines, *models;
     mcp_catalog(a, &pipelines, &models);
@@ -1472,7 +1472,7 @@ static const struct route_def {
     {{"/v1/events", "GET"}, R_EVENTS},
     {{"/ui", "GET HEAD"}, R_UI},
     {{"/ui/{name}", "GET HEAD"}, R_UI},
-    {{"/mcp", "POST"}, R_MCP}};
+    {{"/mcp", "POST DELETE"}, R_MCP}};
 
 size_t api_routes(struct api_route *out, size_t cap) {
     size_t n = sizeof routes / sizeof *routes;

@@ -953,3 +953,79 @@ const char *mcp_phase(const json_t *status, const json_t *models, char *detail, 
     }
     return phase;
 }
+
+/* --- sessions (the handshake revisions over HTTP) ------------------------------------------ */
+
+bool mcp_needs_session(const char *msg, size_t len, const char *version) {
+    if (version && modern(version))
+        return false;
+    json_t *j = json_loadb(msg, len, 0, NULL);
+    const char *method = json_string_value(json_object_get(j, "method"));
+    const json_t *meta = json_object_get(json_object_get(j, "params"), "_meta");
+    bool needs = method && strcmp(method, "initialize") && strcmp(method, "server/discover") &&
+                 !json_object_get(meta, META_VERSION);
+    json_decref(j);
+    return needs;
+}
+
+struct mcp_session {
+    char id[MCP_SESSION_ID_MAX + 1]; /* "" = a free slot */
+    int64_t used_ms;
+};
+
+struct mcp_sessions {
+    size_t cap;
+    int64_t idle_ms;
+    struct mcp_session slot[]; /* cap of them */
+};
+
+struct mcp_sessions *mcp_sessions_new(size_t cap, int64_t idle_ms) {
+    if (!cap || cap > (SIZE_MAX - sizeof(struct mcp_sessions)) / sizeof(struct mcp_session))
+        return NULL;
+    struct mcp_sessions *s = mem_calloc(1, sizeof *s + cap * sizeof(struct mcp_session));
+    if (s)
+        s->cap = cap, s->idle_ms = idle_ms;
+    return s;
+}
+
+void mcp_sessions_free(struct mcp_sessions *s) { mem_free(s); }
+
+static struct mcp_session *session_find(struct mcp_sessions *s, const char *id, int64_t now_ms) {
+    for (size_t i = 0; id && *id && i < s->cap; i++) {
+        struct mcp_session *x = &s->slot[i];
+        if (x->id[0] && now_ms - x->used_ms >= s->idle_ms)
+            x->id[0] = '\0'; /* expired */
+        else if (!strcmp(x->id, id))
+            return x;
+    }
+    return NULL;
+}
+
+void mcp_sessions_add(struct mcp_sessions *s, const char *id, int64_t now_ms) {
+    struct mcp_session *pick = &s->slot[0];
+    for (size_t i = 0; i < s->cap; i++) {
+        struct mcp_session *x = &s->slot[i];
+        if (!x->id[0] || now_ms - x->used_ms >= s->idle_ms) {
+            pick = x;
+            break;
+        }
+        if (x->used_ms < pick->used_ms)
+            pick = x; /* the least recently used, should all be live */
+    }
+    snprintf(pick->id, sizeof pick->id, "%s", id);
+    pick->used_ms = now_ms;
+}
+
+bool mcp_sessions_use(struct mcp_sessions *s, const char *id, int64_t now_ms) {
+    struct mcp_session *x = session_find(s, id, now_ms);
+    if (x)
+        x->used_ms = now_ms;
+    return x;
+}
+
+bool mcp_sessions_end(struct mcp_sessions *s, const char *id, int64_t now_ms) {
+    struct mcp_session *x = session_find(s, id, now_ms);
+    if (x)
+        x->id[0] = '\0';
+    return x;
+}

@@ -25,6 +25,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* The revisions the handshake accepts, newest first, NULL-terminated. */
 extern const char *const MCP_PROTOCOL_VERSIONS[];
@@ -168,5 +169,37 @@ int mcp_http_status(const json_t *msg);
 /* A JSON-RPC error response with id (borrowed; NULL = null), for the
  * transport's own errors (a message too long to read). Caller owns it. */
 json_t *mcp_error(const json_t *id, int code, const char *message);
+
+/* --- sessions ------------------------------------------------------------
+ * Over HTTP, the handshake revisions (2025-03-26 on) tie a client's messages
+ * together with the Mcp-Session-Id that initialize hands out. The transport
+ * records the ids it issued here and refuses the rest; the current revision
+ * is stateless and has none. */
+
+#define MCP_SESSION_ID_MAX 64 /* the longest id recorded */
+
+/* Whether the message msg[len] (borrowed; version: the MCP-Protocol-Version
+ * header, NULL = none) must carry a session: a handshake-revision message
+ * other than initialize. False for the current revision, for initialize and
+ * server/discover, and for what is not a JSON-RPC message with a method
+ * (the protocol answers that itself). */
+bool mcp_needs_session(const char *msg, size_t len, const char *version);
+
+struct mcp_sessions; /* opaque: a bounded table of issued ids */
+
+/* Returns a table of at most cap sessions, each forgotten after idle_ms
+ * without a request (free with mcp_sessions_free), NULL on OOM or cap 0. */
+struct mcp_sessions *mcp_sessions_new(size_t cap, int64_t idle_ms);
+void mcp_sessions_free(struct mcp_sessions *s);
+
+/* Records id (copied; at most MCP_SESSION_ID_MAX bytes) as issued at now_ms,
+ * in a free or expired slot, else in place of the least recently used. */
+void mcp_sessions_add(struct mcp_sessions *s, const char *id, int64_t now_ms);
+
+/* Whether id (NULL = none) is a live session; if so, it was used at now_ms. */
+bool mcp_sessions_use(struct mcp_sessions *s, const char *id, int64_t now_ms);
+
+/* Forgets the live session id (DELETE /mcp). Returns whether there was one. */
+bool mcp_sessions_end(struct mcp_sessions *s, const char *id, int64_t now_ms);
 
 #endif

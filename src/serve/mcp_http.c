@@ -7,7 +7,18 @@
  * exchange: the client's request, the detached request that runs the tool
  * through the api, and, while it streams, a timer that turns the
  * scheduler's status into progress notifications. Exchanges are listed, so
- * that a cancel (by session and id) and mcp_http_free find them. */
+ * that a cancel (by session and id) and mcp_http_free find them.
+ *
+ * Sessions (the handshake revisions, streamable HTTP from 2025-03-26): the
+ * ids initialize hands out are recorded in a bounded table (SESSIONS_MAX,
+ * each forgotten after SESSION_IDLE_MS without a request; a new one takes
+ * the least recently used slot when all are live, and that client's next
+ * request gets 404 and initializes again, as the transport prescribes).
+ * Every later request must carry a recorded id: none is 400, an unknown or
+ * expired one 404, and DELETE /mcp ends one. A cancel reaches only the calls
+ * of the caller's own session and key (the Authorization header): the
+ * current revision is stateless, and its calls share the empty session, so
+ * there the key is what keeps clients apart. */
 #include "serve/mcp_http.h"
 
 #include <stdint.h>
@@ -22,19 +33,23 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "base/host.h"
 #include "base/mem.h"
 #include "serve/mcp.h"
 
 #define PROGRESS_MS 100
 #define SESSION_HEADER "Mcp-Session-Id"
 #define DEFAULT_VERSION "2025-03-26" /* the revision a client without the header speaks */
+#define SESSIONS_MAX 1024
+#define SESSION_IDLE_MS (30 * 60 * 1000)
 
 struct exchange {
     struct mcp_http *h;
     struct http_req *client;   /* the POST /mcp */
     struct http_req *inner;    /* the tool's request, until answered */
     struct mcp_call call;
-    char session[40];
+    char session[MCP_SESSION_ID_MAX + 1];
+    char *auth;                /* the call's Authorization header; owned; NULL = none */
     struct event *timer;       /* progress, while streaming */
     struct mcp_progress_state progress;
     bool streaming, cancelled;
@@ -55,12 +70,17 @@ struct mcp_http {
     struct exchange *exchanges;
     struct listener *listeners;
     struct mcp *catalog; /* the tools as last seen, to tell a change */
+    struct mcp_sessions *sessions; /* the ids initialize issued */
 };
 
 static void stream_msg(struct http_req *r, json_t *msg);
 
 struct mcp_http *mcp_http_new(const struct mcp_http_env *env) {
     struct mcp_http *h = mem_calloc(1, sizeof *h);
+    if (h && !(h->sessions = mcp_sessions_new(SESSIONS_MAX, SESSION_IDLE_MS))) {
+        mem_free(h);
+        return NULL;
+    }
     if (h)
         h->env = *env;
     return h;
@@ -75,6 +95,7 @@ static void exchange_free(struct exchange *x) {
     if (x->timer)
         event_free(x->timer);
     mcp_call_clear(&x->call);
+    mem_free(x->auth);
     mem_free(x);
 }
 
@@ -103,6 +124,7 @@ void mcp_http_free(struct mcp_http *h) {
         return;
     mcp_http_end_listeners(h);
     mcp_free(h->catalog);
+    mcp_sessions_free(h->sessions);
     while (h->exchanges) {
         struct exchange *x = h->exchanges;
         http_req_on_gone(x->client, NULL, NULL);
@@ -271,6 +293,8 @@ static void start_call(struct mcp_http *h, struct http_req *r, struct mcp_out *o
     *x = (struct exchange){.h = h, .client = r, .call = out->call, .next = h->exchanges};
     h->exchanges = x;
     snprintf(x->session, sizeof x->session, "%s", http_req_header(r, SESSION_HEADER) ?: "");
+    const char *auth = http_req_header(r, "Authorization");
+    x->auth = auth ? mem_strdup(auth) : NULL;
     http_req_on_gone(r, on_client_gone, x);
     if (x->call.progress_token && wants_stream(r) &&
         (x->timer = evtimer_new(h->env.base, on_progress_timer, x))) {
@@ -282,10 +306,14 @@ static void start_call(struct mcp_http *h, struct http_req *r, struct mcp_out *o
     start_inner(x);
 }
 
-/* notifications/cancelled: the call with that id in the same session. */
-static void cancel(struct mcp_http *h, const char *session, const json_t *id) {
+static bool same_auth(const char *a, const char *b) { return a && b ? !strcmp(a, b) : a == b; }
+
+/* notifications/cancelled: the call with that id in the same session, made
+ * with the same key. */
+static void cancel(struct mcp_http *h, const char *session, const char *auth, const json_t *id) {
     for (struct exchange *x = h->exchanges; x; x = x->next)
-        if (!x->cancelled && !strcmp(x->session, session) && json_equal(x->call.id, (json_t *)id)) {
+        if (!x->cancelled && !strcmp(x->session, session) && same_auth(x->auth, auth) &&
+            json_equal(x->call.id, (json_t *)id)) {
             x->cancelled = true;
             if (x->inner)
                 http_req_drop(x->inner);
@@ -333,14 +361,42 @@ void mcp_http_set_catalog(struct mcp_http *h, const json_t *pipelines, const jso
 
 /* --- POST /mcp ----------------------------------------------------------------------------- */
 
-static void new_session(struct http_req *r) {
+static void new_session(struct mcp_http *h, struct http_req *r) {
     unsigned char raw[16];
     char id[33];
     if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
         return;
     for (size_t i = 0; i < sizeof raw; i++)
         snprintf(id + 2 * i, 3, "%02x", raw[i]);
+    mcp_sessions_add(h->sessions, id, host_now_ms());
     http_req_add_header(r, SESSION_HEADER, id);
+}
+
+/* The session rules before a message is read: an id that is sent must be
+ * live (404: initialize again), and a handshake-revision message other than
+ * initialize must send one (400). DELETE ends the session it names (204).
+ * Returns the status answered, or 0 to go on. */
+static int check_session(struct mcp_http *h, struct http_req *r, const char *body, size_t len,
+                         const char *version) {
+    const char *id = http_req_header(r, SESSION_HEADER);
+    bool delete = http_req_method(r) == EVHTTP_REQ_DELETE;
+    if (id && (delete ? mcp_sessions_end(h->sessions, id, host_now_ms())
+                      : mcp_sessions_use(h->sessions, id, host_now_ms()))) {
+        if (delete)
+            http_req_reply(r, 204, NULL, NULL, 0);
+        return delete ? 204 : 0;
+    }
+    if (id) {
+        reply_msg(r, 404, mcp_error(NULL, MCP_INVALID_REQUEST, "unknown or expired "
+                  SESSION_HEADER ": send initialize again for a new session"));
+        return 404;
+    }
+    if (delete || mcp_needs_session(body, len, version)) {
+        reply_msg(r, 400, mcp_error(NULL, MCP_INVALID_REQUEST, SESSION_HEADER " is required: "
+                  "send the id that initialize returned (or speak the stateless 2026-07-28)"));
+        return 400;
+    }
+    return 0;
 }
 
 int mcp_http_serve(struct mcp_http *h, struct http_req *r, const char *body, size_t len,
@@ -356,6 +412,9 @@ int mcp_http_serve(struct mcp_http *h, struct http_req *r, const char *body, siz
         reply_msg(r, 403, mcp_error(NULL, MCP_INVALID_REQUEST, text));
         return 403;
     }
+    int status = check_session(h, r, body, len, version);
+    if (status)
+        return status;
     struct mcp *m = mcp_new();
     if (m)
         mcp_set_catalog(m, pipelines, models);
@@ -367,13 +426,13 @@ int mcp_http_serve(struct mcp_http *h, struct http_req *r, const char *body, siz
         return m ? 400 : 500;
     }
     struct mcp_out out;
-    int status = 200;
+    status = 200;
     mcp_expect_headers(m, version, http_req_header(r, "Mcp-Method"));
     mcp_handle(m, body, len, &out);
     mcp_free(m);
     if (out.action == MCP_SEND) {
         if (out.handshake)
-            new_session(r);
+            new_session(h, r);
         status = out.modern ? mcp_http_status(out.msg) : 200;
         reply_msg(r, status, out.msg);
     } else if (out.action == MCP_CALL) {
@@ -382,7 +441,8 @@ int mcp_http_serve(struct mcp_http *h, struct http_req *r, const char *body, siz
         status = start_listen(h, r, &out);
     } else {
         if (out.action == MCP_CANCEL)
-            cancel(h, http_req_header(r, SESSION_HEADER) ?: "", out.id);
+            cancel(h, http_req_header(r, SESSION_HEADER) ?: "", http_req_header(r, "Authorization"),
+                   out.id);
         json_decref(out.id);
         http_req_reply(r, 202, NULL, NULL, 0);
         status = 202;

@@ -11,8 +11,10 @@
  * text/event-stream is answered as a stream: progress notifications (queued,
  * loading, running) while it waits, then its result. A client that hangs up
  * cancels its call; so does notifications/cancelled in the same
- * Mcp-Session-Id (initialize hands one out; the server keeps no state on it
- * but the calls in flight). Browser origins other than loopback and
+ * Mcp-Session-Id with the same key. Sessions (the handshake revisions):
+ * initialize hands out an id, which every later request must carry (400
+ * without, 404 when unknown or expired); DELETE /mcp ends it; the table is
+ * bounded (1024 sessions, 30 min idle). Browser origins other than loopback and
  * mcp.allowed_origins are refused with 403 (DNS rebinding). The api checks
  * the API key and whether mcp.http is on before it hands a request here. */
 #ifndef TANDEM_MCP_HTTP_H
@@ -58,7 +60,8 @@ bool mcp_http_origin_allowed(const char *origin, char *const *allowed, size_t n)
  * this catalog (borrowed) differ from the last ones: a reload. */
 void mcp_http_set_catalog(struct mcp_http *h, const json_t *pipelines, const json_t *models);
 
-/* Serves POST /mcp on r, which it takes (answers now or later): body[len] is
+/* Serves POST /mcp (or DELETE /mcp: ends the session) on r, which it takes
+ * (answers now or later): body[len] is
  * its message (decoded; borrowed for the call), pipelines and models the
  * catalog (GET /v1/pipelines' and GET /v1/models' bodies, borrowed for the
  * call), allowed[n] the configured origins. Returns the HTTP status it

@@ -415,7 +415,7 @@ def test_http_key_origin_and_switch(daemon, serve_factory):
     assert http_raw("POST", daemon.url + "/mcp", body, headers=headers)[0] == 401
     wrong = {**headers, "Authorization": "Bearer wrong"}
     assert http_raw("POST", daemon.url + "/mcp", body, headers=wrong)[0] == 401
-    ok = {**headers, "Authorization": f"Bearer {KEY}"}
+    ok = {**headers, "Authorization": f"Bearer {KEY}", "Mcp-Session-Id": initialize(daemon)}
     status, raw, _ = http_raw("POST", daemon.url + "/mcp", body, headers={**ok, "Origin": "http://evil.example"})
     assert status == 403 and "mcp.allowed_origins" in json.loads(raw)["error"]["message"]
     for origin in ("http://localhost:3000", "https://agent.example"):
@@ -429,6 +429,97 @@ def test_http_key_origin_and_switch(daemon, serve_factory):
     off = serve_factory(config(mcp_http=False))
     status, raw, _ = http_raw("POST", off.url + "/mcp", body, headers=ok)
     assert status == 404 and "mcp.http" in json.loads(raw)["error"]["message"]
+
+
+# --- sessions (the handshake revisions) ------------------------------------------------------------
+
+def rpc(s, msg, session=None, key=KEY, extra=None):
+    """(status, parsed body or None, headers) of one raw POST /mcp."""
+    hs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+          "Authorization": f"Bearer {key}", **(extra or {})}
+    if session is not None:
+        hs["Mcp-Session-Id"] = session
+    status, raw, headers = http_raw("POST", s.url + "/mcp", json.dumps(msg).encode(), headers=hs)
+    return status, json.loads(raw) if raw else None, headers
+
+
+def initialize(s, key=KEY):
+    status, body, headers = rpc(s, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}}, key=key)
+    assert status == 200 and body["result"]["protocolVersion"] == "2025-11-25", body
+    return headers["Mcp-Session-Id"]
+
+
+def test_a_session_is_required_after_initialize_and_delete_ends_it(daemon):
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    status, body, _ = rpc(daemon, listing)
+    assert status == 400 and "Mcp-Session-Id is required" in body["error"]["message"], body
+    status, body, _ = rpc(daemon, listing, session="0" * 32)
+    assert status == 404 and "initialize again" in body["error"]["message"], body
+    a, b = initialize(daemon), initialize(daemon)
+    assert a != b and re.fullmatch(r"[0-9a-f]{32}", a)
+    for session in (a, b):
+        status, body, _ = rpc(daemon, listing, session=session)
+        assert status == 200 and len(body["result"]["tools"]) == 3
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert rpc(daemon, note)[0] == 400 and rpc(daemon, note, session=a)[0] == 202
+    end = lambda session: http_raw("DELETE", daemon.url + "/mcp", headers={
+        "Authorization": f"Bearer {KEY}", **({"Mcp-Session-Id": session} if session else {})})[0]
+    assert end(a) == 204 and end(a) == 404 and end(None) == 400
+    assert rpc(daemon, listing, session=a)[0] == 404
+    assert rpc(daemon, listing, session=b)[0] == 200
+    # the stateless current revision needs none
+    modern = {"jsonrpc": "2.0", "id": 2, "method": "server/discover", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}}}}
+    assert rpc(daemon, modern, extra={"MCP-Protocol-Version": "2026-07-28",
+                                      "Mcp-Method": "server/discover"})[0] == 200
+
+
+def test_another_session_cannot_cancel_a_call(daemon):
+    """A (the SDK, its own session) runs a pipeline; while it loads, B sends
+    notifications/cancelled for every id A may have used, from its own
+    session, from none and from a made-up one: A's call still answers, and
+    the pipeline is audited 200, not 499."""
+    cancels = []
+
+    async def main():
+        client = create_mcp_http_client(headers={"Authorization": f"Bearer {KEY}"})
+        async with client, streamable_http_client(daemon.url + "/mcp", http_client=client) as (rd, wr):
+            async with ClientSession(rd, wr) as session:
+                await session.initialize()
+                unload_all(daemon)
+                loading = anyio.Event()
+
+                async def on_progress(progress, total, message):
+                    if message.startswith("loading"):
+                        loading.set()
+
+                def send_cancels():
+                    b = initialize(daemon)
+                    for rid in list(range(0, 16)) + [str(i) for i in range(0, 16)]:
+                        note = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                "params": {"requestId": rid, "reason": "B says so"}}
+                        cancels.extend([rpc(daemon, note, session=b)[0], rpc(daemon, note)[0],
+                                        rpc(daemon, note, session="f" * 32)[0]])
+
+                async def attack():
+                    with anyio.fail_after(120):
+                        await loading.wait()
+                    await anyio.to_thread.run_sync(send_cancels)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(attack)
+                    return await session.call_tool("decide_decide", REQUEST,
+                                                   progress_callback=on_progress)
+
+    before = audit_statuses(daemon, "pipeline")
+    r = anyio.run(main)
+    assert r is not None and not r.is_error, r
+    assert set(cancels) == {202, 400, 404}, cancels
+    after = audit_statuses(daemon, "pipeline")[len(before):]
+    assert after == [200], after
 
 
 def test_private_daemon_with_config_when_none_listens(tandem_bin, tmp_path):
