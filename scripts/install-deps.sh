@@ -17,6 +17,7 @@ PACKAGES=(
   chromium-driver                      # Selenium drives headless Chromium through it (tests/e2e/test_ui.py)
   haproxy                              # a scale-out front in the e2e tests (examples/scale-out/haproxy.cfg)
   prometheus                           # its promtool checks /metrics in the e2e tests (promtool check metrics)
+  systemd                              # systemd-analyze security rates examples/tandem.service (tests/e2e/test_install.py)
 )
 
 missing=()

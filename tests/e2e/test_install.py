@@ -11,6 +11,7 @@ binary.
 import filecmp
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -110,6 +111,24 @@ def test_the_unit_names_the_installed_paths(installed):
     for path in (f"{PREFIX}/bin/tandem", f"{PREFIX}/etc/tandem/tandem.yaml",
                  f"{PREFIX}/share/doc/tandem/serve.md"):
         assert (installed / path.lstrip("/")).is_file(), path
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"),
+                    reason="systemd-analyze is missing (scripts/install-deps.sh installs systemd)")
+def test_the_unit_is_rated_ok_by_systemd_analyze_security(installed):
+    """The installed unit (placeholders replaced), rated offline: exposure at
+    most 2.5 ("OK"), with the hardening that the rating alone would not demand."""
+    unit = installed / "usr/local/lib/systemd/system/tandem.service"
+    out = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager", str(unit)],
+                         capture_output=True, text=True, timeout=60)
+    m = re.search(r"Overall exposure level for tandem\.service: (\d+\.\d+) (\w+)", out.stdout)
+    assert m, out.stdout + out.stderr
+    assert float(m.group(1)) <= 2.5 and m.group(2) == "OK", out.stdout
+    text = unit.read_text()
+    for line in ("CapabilityBoundingSet=", "SystemCallFilter=@system-service", "UMask=0077",
+                 "LimitNOFILE=65536", "RuntimeDirectoryMode=0700", "IPAddressAllow=localhost",
+                 "MemoryDenyWriteExecute=yes", "PrivateDevices=yes"):
+        assert f"\n{line}\n" in text, line
 
 
 def test_the_installed_engine_needs_no_library_path(installed):
