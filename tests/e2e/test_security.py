@@ -2,10 +2,8 @@
 through setpriv), and from the process list and the environment
 (docs/security.md)."""
 import json
-import os
 import signal
 import subprocess
-import time
 
 from test_pipeline import REQUEST, config as pipeline_config
 
@@ -13,9 +11,11 @@ AS_NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"
 
 # --- forged readiness of a private daemon ---------------------------------------------------------
 
-# Runs as nobody: listens on a loopback port of its own, watches /proc/net/unix
-# for tandem's private readiness socket and floods it with a READY=1 that
-# points at that port, and records whatever connects (the key, the state).
+# Runs as nobody: listens on a loopback port of its own, reads the victim's
+# pid on stdin, watches /proc/net/unix for that process's private readiness
+# socket (named after its pid: other tandems on the machine are left alone)
+# and floods it with a READY=1 that points at the port, and records whatever
+# connects (the key, the state).
 FORGER = r"""
 import json, select, signal, socket, sys, time
 stop = []
@@ -29,10 +29,11 @@ tx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 tx.setblocking(False)
 seen, sent, conns, received = set(), 0, [], b""
 print(port, flush=True)
+prefix = f"@tandem-private-{int(sys.stdin.readline())}-"
 deadline = time.time() + float(sys.argv[1])
 while not stop and time.time() < deadline:
     with open("/proc/net/unix") as f:
-        names = {l.split()[-1] for l in f if l.split()[-1].startswith("@tandem-private-")}
+        names = {l.split()[-1] for l in f if l.split()[-1].startswith(prefix)}
     seen |= names
     for name in names:
         for _ in range(8):
@@ -46,11 +47,9 @@ while not stop and time.time() < deadline:
         if s is lst:
             conns.append(lst.accept()[0])
             continue
-        data = s.recv(65536)
-        received += data
-        if not data:
-            conns.remove(s)
-            s.close()
+        received += s.recv(65536)
+        conns.remove(s)  # answer nothing: the victim fails at once instead of waiting
+        s.close()
 print(json.dumps({"seen": sorted(seen), "sent": sent, "received": received.decode("latin-1")}),
       flush=True)
 """
@@ -68,12 +67,18 @@ def test_forged_readiness_of_a_private_daemon_is_ignored(tandem_bin, tmp_path):
     req = tmp_path / "req.json"
     req.write_text(json.dumps({**REQUEST, "state": REQUEST["state"] + " " + secret}))
     forger = subprocess.Popen([*AS_NOBODY, "/usr/bin/python3", "-c", FORGER, "600"],
-                              stdout=subprocess.PIPE, text=True, cwd="/")
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/")
     try:
         port = int(forger.stdout.readline())
-        r = subprocess.run([str(tandem_bin), "decide", "--config", str(cfg), "--pipeline", "ops",
-                            "--request", str(req), "--private"],
-                           capture_output=True, text=True, timeout=300)
+        victim = subprocess.Popen([str(tandem_bin), "decide", "--config", str(cfg), "--pipeline",
+                                   "ops", "--request", str(req), "--private"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        forger.stdin.write(f"{victim.pid}\n")
+        forger.stdin.flush()
+        try:
+            stdout, stderr = victim.communicate(timeout=300)
+        finally:
+            victim.kill()
     finally:
         forger.send_signal(signal.SIGTERM)
         out, _ = forger.communicate(timeout=30)
@@ -81,6 +86,6 @@ def test_forged_readiness_of_a_private_daemon_is_ignored(tandem_bin, tmp_path):
     # the attack really ran: it found the socket and sent to it
     assert attack["seen"] and attack["sent"] > 0, attack
     assert attack["received"] == "", f"the forger on port {port} got: {attack['received'][:500]}"
-    assert r.returncode == 0, r.stderr
-    answer = json.loads(r.stdout)
+    assert victim.returncode == 0, stderr
+    answer = json.loads(stdout)
     assert answer["verdict"] == "accepted" and answer["choice"] in REQUEST["candidates"]
