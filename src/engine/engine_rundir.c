@@ -19,7 +19,7 @@
 
 #include "base/mem.h"
 
-#define SOCKET_NAME_MAX 16 /* "/e4294967295.sock" fits, with room to spare */
+#define SOCKET_NAME_MAX 17 /* strlen("/e4294967295.sock"): the longest socket name */
 
 struct engine_rundir {
     char *path;
