@@ -116,3 +116,11 @@ Test(engine_rundir, an_unwritable_parent_is_an_io_error_that_names_it) {
     cr_expect_eq(engine_rundir_new(&d, err, sizeof err), TANDEM_ERR_IO);
     cr_expect(strstr(err, "/nonexistent-tandem-parent"), "%s", err);
 }
+
+Test(engine_rundir, a_parent_the_engine_would_split_is_refused) {
+    setenv("XDG_RUNTIME_DIR", "/tmp/a,b", 1);
+    struct engine_rundir *d = NULL;
+    char err[512] = "";
+    cr_expect_eq(engine_rundir_new(&d, err, sizeof err), TANDEM_ERR_INVAL);
+    cr_expect(strstr(err, "/tmp/a,b") && strstr(err, "comma"), "%s", err);
+}

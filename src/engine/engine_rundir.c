@@ -47,6 +47,12 @@ tandem_err engine_rundir_new(struct engine_rundir **out, char *err, size_t errle
                       parent);
         return TANDEM_ERR_TOOBIG;
     }
+    if (strpbrk(parent, ",\" \t\n")) { /* the engine splits --host on commas and trims spaces */
+        tandem_errmsg(err, errlen, "the run folder's parent %s has a comma, a quote or a space, "
+                      "which an engine socket path cannot carry: set XDG_RUNTIME_DIR or TMPDIR "
+                      "to a plain folder", parent);
+        return TANDEM_ERR_INVAL;
+    }
     struct engine_rundir *d = mem_calloc(1, sizeof *d);
     if (!d || !(d->path = mem_calloc(1, n))) {
         mem_free(d);

@@ -21,6 +21,8 @@ struct engine_rundir; /* opaque */
  * success *out is the new handle (free with engine_rundir_free). Returns
  * TANDEM_ERR_IO (err says which folder and why), TANDEM_ERR_TOOBIG (the
  * parent's path leaves no room for a socket name; err says so),
+ * TANDEM_ERR_INVAL (the parent has a comma, quote or space, which the
+ * engine's --host would split or trim),
  * TANDEM_ERR_NOMEM. */
 tandem_err engine_rundir_new(struct engine_rundir **out, char *err, size_t errlen);
 
