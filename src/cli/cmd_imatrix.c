@@ -24,7 +24,6 @@
 #include "cli/cmd_imatrix.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -152,15 +151,9 @@ static tandem_err make_dir(struct build *b) {
     return TANDEM_OK;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
 static void remove_dir(struct build *b) {
     if (b->dir[0])
-        nftw(b->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        host_remove_tree(b->dir);
     b->dir[0] = '\0';
 }
 

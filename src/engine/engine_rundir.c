@@ -5,11 +5,10 @@
  * tandem's pattern cannot make tandem use one of theirs. The folder is then
  * checked (lstat: a directory, our uid, no group or other bits) before any
  * socket goes in. Removal walks the tree depth first without following
- * links (nftw FTW_DEPTH | FTW_PHYS). */
+ * links (host_remove_tree). */
 #include "engine/engine_rundir.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "base/host.h"
 #include "base/mem.h"
 
 #define SOCKET_NAME_MAX 17 /* strlen("/e4294967295.sock"): the longest socket name */
@@ -107,16 +107,10 @@ tandem_err engine_rundir_slots(const struct engine_rundir *d, unsigned index, ch
     return TANDEM_OK;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
-    (void)st, (void)type, (void)ftw;
-    remove(path);
-    return 0;
-}
-
 void engine_rundir_free(struct engine_rundir *d) {
     if (!d)
         return;
-    nftw(d->path, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    host_remove_tree(d->path);
     mem_free(d->path);
     mem_free(d);
 }
