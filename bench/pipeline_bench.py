@@ -122,7 +122,7 @@ def bench_overhead(tandem_bin, tmp, n, cleanup):
     via = Conn(s.url)
     via_tandem(via)  # loads both models
     models = status_models(s)
-    kids = [Conn(f"http://127.0.0.1:{models[m]['port']}") for m in (A, B)]
+    kids = [Conn(f"unix:{models[m]['socket']}") for m in (A, B)]
     bare = []
     for m in (A, B):
         e = Engine(child_argv(s, m), tmp / f"bare-{m}.log")

@@ -97,13 +97,20 @@ class Conn:
     and "error: ..." when the connection failed."""
 
     def __init__(self, url, timeout=REQUEST_TIMEOUT):
-        host, port = url.split("//", 1)[1].rsplit(":", 1)
+        # url: "http://host:port", or "unix:PATH" for an engine's socket in tandem's run folder
+        self.unix = url[len("unix:"):] if url.startswith("unix:") else None
+        host, port = ("localhost", "0") if self.unix else url.split("//", 1)[1].rsplit(":", 1)
         self.host, self.port, self.timeout = host, int(port), timeout
         self.c = None
         self.reconnects = 0
 
     def _connect(self):
-        self.c = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        self.c = http.client.HTTPConnection(self.host, self.port or None, timeout=self.timeout)
+        if self.unix:
+            self.c.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.c.sock.settimeout(self.timeout)
+            self.c.sock.connect(self.unix)
+            return
         self.c.connect()
         self.c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
@@ -400,7 +407,7 @@ def bench_proxy(tandem_bin, tmp, n, cleanup, out):
     bare = Engine(argv[A], tmp / "proxy-bare.log")
     cleanup.add(bare.kill)
     bare.start()
-    conns = {"bare": Conn(bare.url), "child": Conn(f"http://127.0.0.1:{child['port']}"),
+    conns = {"bare": Conn(bare.url), "child": Conn(f"unix:{child['socket']}"),
              "tandem": via}
     logs = {"bare": bare.log_path, "child": Path(child["log"]), "tandem": Path(child["log"])}
     tandem_h = {"X-Tandem-Timeout-Ms": str(REQUEST_TIMEOUT * 1000)}

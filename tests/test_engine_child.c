@@ -5,21 +5,25 @@
  * engine here; tests/e2e/test_run.py drives the real llama-server. */
 #include <criterion/criterion.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "engine/engine_child.h"
 
 #define LOG "/tmp/tandem-child-test.log"
+#define SOCK "/tmp/tandem-child-test.sock"
 
 static struct engine_child *spawn(char **argv) {
     struct engine_child *c = NULL;
     char err[256] = "";
-    cr_assert_eq(engine_child_spawn(argv, NULL, LOG, 1, &c, err, sizeof err), TANDEM_OK, "%s", err);
+    cr_assert_eq(engine_child_spawn(argv, NULL, LOG, SOCK, &c, err, sizeof err), TANDEM_OK, "%s", err);
     return c;
 }
 
@@ -123,10 +127,10 @@ Test(engine_child, missing_binary_is_a_spawn_error) {
     char *argv[] = {"/nonexistent/llama-server", NULL};
     struct engine_child *c = (struct engine_child *)1;
     char err[256] = "";
-    cr_expect_eq(engine_child_spawn(argv, NULL, LOG, 1, &c, err, sizeof err), TANDEM_ERR_SPAWN);
+    cr_expect_eq(engine_child_spawn(argv, NULL, LOG, SOCK, &c, err, sizeof err), TANDEM_ERR_SPAWN);
     cr_expect_null(c);
     cr_expect(strstr(err, "No such file"), "%s", err);
-    cr_expect_eq(engine_child_spawn(argv, NULL, "/nonexistent-dir/x.log", 1, &c, err, sizeof err),
+    cr_expect_eq(engine_child_spawn(argv, NULL, "/nonexistent-dir/x.log", SOCK, &c, err, sizeof err),
                  TANDEM_ERR_IO);
 }
 
@@ -137,7 +141,7 @@ Test(engine_child, child_dies_with_its_parent) {
     if (mid == 0) { /* plays tandem: start an engine, report its pid, die */
         char *argv[] = {"/bin/sleep", "30", NULL};
         struct engine_child *c = NULL;
-        if (engine_child_spawn(argv, NULL, LOG, 1, &c, NULL, 0) != TANDEM_OK)
+        if (engine_child_spawn(argv, NULL, LOG, SOCK, &c, NULL, 0) != TANDEM_OK)
             _exit(1);
         pid_t pid = engine_child_pid(c);
         (void)!write(pids[1], &pid, sizeof pid);
@@ -183,23 +187,24 @@ Test(engine_child, argv_carries_the_plan) {
     r.no_warmup = true;
     char *extra[] = {"--verbose-prompt", NULL};
     char **argv = NULL;
-    cr_assert_eq(engine_child_argv("/e/llama-server", "/m.gguf", "kev", &r, 8123, "/run/kev.slots", extra,
-                                   &argv),
+    cr_assert_eq(engine_child_argv("/e/llama-server", "/m.gguf", "kev", &r, "/run/t/e0.sock",
+                                   "/run/t/e0.slots", extra, &argv),
                  TANDEM_OK);
     char line[1024] = "";
     for (size_t i = 0; argv[i]; i++)
         snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", i ? " " : "", argv[i]);
-    cr_expect_str_eq(line, "/e/llama-server -m /m.gguf --host 127.0.0.1 --port 8123 -c 8192 "
+    cr_expect_str_eq(line, "/e/llama-server -m /m.gguf --host /run/t/e0.sock --cors-origins none "
+                           "--no-cors-credentials -c 8192 "
                            "-ngl 0 -fit off -np 2 -ctk f16 -ctv f16 -fa off -b 512 -ub 512 "
                            "--no-repack --device none -t 3 -tb 3 --no-warmup --alias kev --cache-ram 0 "
-                           "--slot-save-path /run/kev.slots -lv 4 "
+                           "--slot-save-path /run/t/e0.slots -lv 4 "
                            "--no-log-timestamps --no-log-prefix --verbose-prompt");
     engine_child_argv_free(argv);
     r.gpu = true; /* on a GPU: no --device none; threads 0 = the engine's default */
     r.ngl = 33;
     r.threads = 0;
     r.no_warmup = false;
-    cr_assert_eq(engine_child_argv("/e/llama-server", "/m.gguf", NULL, &r, 8123, NULL, NULL, &argv),
+    cr_assert_eq(engine_child_argv("/e/llama-server", "/m.gguf", NULL, &r, "/s.sock", NULL, NULL, &argv),
                  TANDEM_OK);
     for (size_t i = 0; argv[i]; i++)
         cr_expect(strcmp(argv[i], "--device") && strcmp(argv[i], "-t") &&
@@ -207,6 +212,46 @@ Test(engine_child, argv_carries_the_plan) {
                   "%s", argv[i]);
     engine_child_argv_free(argv);
     r.ngl = PLAN_NGL_AUTO;
-    cr_expect_eq(engine_child_argv("/e", "/m", NULL, &r, 1, NULL, NULL, &argv), TANDEM_ERR_INVAL);
-    cr_expect_neq(engine_child_free_port(), 0);
+    cr_expect_eq(engine_child_argv("/e", "/m", NULL, &r, "/s.sock", NULL, NULL, &argv),
+                 TANDEM_ERR_INVAL);
+}
+
+/* Answers one GET /health with 200 on the listening unix socket fd. */
+static void *answer_health(void *arg) {
+    int fd = accept(*(int *)arg, NULL, NULL);
+    char buf[512];
+    if (fd >= 0 && read(fd, buf, sizeof buf) > 0) {
+        static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        (void)!write(fd, ok, sizeof ok - 1);
+    }
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
+Test(engine_child, wait_ready_polls_health_on_the_unix_socket) {
+    unlink(SOCK);
+    int l = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX, .sun_path = SOCK};
+    cr_assert(bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 4) == 0);
+    pthread_t t;
+    pthread_create(&t, NULL, answer_health, &l);
+    char *argv[] = {"/bin/sleep", "30", NULL};
+    struct engine_child *c = spawn(argv);
+    cr_expect_str_eq(engine_child_socket(c), SOCK);
+    char err[512] = "";
+    cr_expect_eq(engine_child_wait_ready(c, 5000, err, sizeof err), TANDEM_OK, "%s", err);
+    pthread_join(t, NULL);
+    engine_child_free(c);
+    close(l);
+    unlink(SOCK);
+}
+
+Test(engine_child, wait_ready_times_out_without_a_listener) {
+    unlink(SOCK);
+    char *argv[] = {"/bin/sleep", "30", NULL};
+    struct engine_child *c = spawn(argv);
+    char err[512] = "";
+    cr_expect_eq(engine_child_wait_ready(c, 300, err, sizeof err), TANDEM_ERR_TIMEOUT, "%s", err);
+    engine_child_free(c);
 }

@@ -7,6 +7,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -126,3 +127,11 @@ const char *host_base_name(const char *path) {
     const char *slash = strrchr(path, '/');
     return slash ? slash + 1 : path;
 }
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void host_remove_tree(const char *path) { nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }

@@ -46,4 +46,8 @@ tandem_err host_write_atomic(const char *path, const void *data, size_t len);
  * has none). Borrowed from path. */
 const char *host_base_name(const char *path);
 
+/* Removes path and, for a folder, everything below it, depth first and
+ * without following links; what cannot be removed is left. */
+void host_remove_tree(const char *path);
+
 #endif

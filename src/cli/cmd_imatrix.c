@@ -24,7 +24,6 @@
 #include "cli/cmd_imatrix.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,6 +36,7 @@
 #include "base/mem.h"
 #include "engine/engine.h"
 #include "engine/engine_child.h"
+#include "engine/engine_rundir.h"
 #include "engine/engine_imatrix.h"
 #include "eval/s1client.h"
 #include "gguf/gguf.h"
@@ -69,6 +69,7 @@ struct build {
     char dir[4096];          /* the temp dir; "" until made */
     char text_path[4300], server_log[4300], tool_log[4300], tool_out[4300];
     struct engine_child *child;
+    struct engine_rundir *run; /* the render server's socket */
     struct s1client *decide, *slots, *tokenize;
     int64_t last_task;       /* slot 0's id_task after the previous prompt */
     struct mem_buf text;
@@ -150,15 +151,9 @@ static tandem_err make_dir(struct build *b) {
     return TANDEM_OK;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
 static void remove_dir(struct build *b) {
     if (b->dir[0])
-        nftw(b->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        host_remove_tree(b->dir);
     b->dir[0] = '\0';
 }
 
@@ -176,12 +171,11 @@ static void echo_file(const char *path) {
 
 /* --- the render server ----------------------------------------------------------- */
 
-static tandem_err new_client(struct build *b, uint16_t port, const char *path,
+static tandem_err new_client(struct build *b, const char *sock, const char *path,
                              struct s1client **out) {
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%u", port);
     struct s1client_params cp = s1client_default_params();
-    cp.endpoint = url;
+    cp.endpoint = "http://localhost";
+    cp.unix_socket = sock;
     cp.path = path;
     cp.timeout_ms = RENDER_REQUEST_MS;
     return s1client_new(&cp, out, b->err, b->errlen);
@@ -200,26 +194,30 @@ static tandem_err start_server(struct build *b) {
         ctx = RENDER_CTX_MAX;
     want.ctx = plan_model_is_encoder(b->m) ? 0 : ctx; /* encoders: their training window */
     plan_model_resolve(b->m, &want, &s);
-    uint16_t port = engine_child_free_port();
+    char sock[256];
+    tandem_err e = engine_rundir_new(&b->run, b->err, b->errlen);
+    if (!e)
+        e = engine_rundir_socket(b->run, 0, sock, sizeof sock, b->err, b->errlen);
+    if (e)
+        return e;
     char *extra[] = {"--slots", NULL};
     char *env[] = {"LLAMA_SERVER_SLOTS_DEBUG=1", NULL};
     char **argv = NULL;
-    if (!port || engine_child_argv(b->server, b->p->model, "imatrix", &s, port, NULL, extra,
-                                   &argv) != TANDEM_OK) {
+    if (engine_child_argv(b->server, b->p->model, "imatrix", &s, sock, NULL, extra, &argv) !=
+        TANDEM_OK) {
         tandem_errmsg(b->err, b->errlen, "cannot prepare the engine's arguments");
         return TANDEM_ERR_NOMEM;
     }
-    tandem_err e = engine_child_spawn(argv, env, b->server_log, port, &b->child, b->err,
-                                      b->errlen);
+    e = engine_child_spawn(argv, env, b->server_log, sock, &b->child, b->err, b->errlen);
     engine_child_argv_free(argv);
     if (!e)
         e = engine_child_wait_ready(b->child, RENDER_READY_MS, b->err, b->errlen);
     if (!e)
-        e = new_client(b, port, NULL, &b->decide);
+        e = new_client(b, sock, NULL, &b->decide);
     if (!e)
-        e = new_client(b, port, "/slots", &b->slots);
+        e = new_client(b, sock, "/slots", &b->slots);
     if (!e)
-        e = new_client(b, port, "/tokenize", &b->tokenize);
+        e = new_client(b, sock, "/tokenize", &b->tokenize);
     return e;
 }
 
@@ -232,6 +230,8 @@ static void stop_server(struct build *b) {
         engine_child_stop(b->child, RENDER_STOP_MS, NULL);
     engine_child_free(b->child);
     b->child = NULL;
+    engine_rundir_free(b->run);
+    b->run = NULL;
     if (b->p->verbose)
         echo_file(b->server_log);
 }

@@ -3,8 +3,9 @@
  * Plans the model on the budget (as `tandem plan` would; a model that does
  * not fit is refused before anything starts, one that fits only partially
  * gets the GPU layers the plan chose), starts llama-server with the flags the
- * plan implies, waits until it is healthy, records its footprint, prints
- * where it listens, and then supervises it in the foreground: SIGINT/SIGTERM
+ * plan implies on a unix socket in a private 0700 run folder (no TCP port:
+ * only this user can reach it), waits until it is healthy, records its
+ * footprint, prints the socket's path, and then supervises it in the foreground: SIGINT/SIGTERM
  * stop it gracefully (exit 0); if it dies, tandem says how (exit 1). The
  * daemon (`tandem serve`) runs the same engine_child code from its loop. */
 #include "cli/cmd_run.h"
@@ -22,6 +23,7 @@
 #include "engine/engine.h"
 #include "base/host.h"
 #include "engine/engine_child.h"
+#include "engine/engine_rundir.h"
 #include "plan/cost.h"
 #include "plan/footprint.h"
 #include "plan/plan_cli.h"
@@ -43,8 +45,12 @@ static void usage(FILE *f) {
             "Starts one llama-server for MODEL with the settings the planner chose\n"
             "(explicit -c/-ngl with -fit off, -np, cache types, -fa, batches, --no-repack on\n"
             "a CPU, -lv 4), waits until it is healthy, records what it allocated in the\n"
-            "footprint cache, prints its URL, and supervises it until SIGINT/SIGTERM.\n"
+            "footprint cache, prints where it listens, and supervises it until SIGINT/SIGTERM.\n"
             "A model that does not fit the budget is refused before it starts.\n"
+            "The engine listens only on a unix socket in a private folder (mode 0700) under\n"
+            "$XDG_RUNTIME_DIR, else $TMPDIR, else /tmp, removed when it stops; the ready line\n"
+            "reads `ready: unix:SOCKET pid PID log LOG`, and\n"
+            "`curl --unix-socket SOCKET http://localhost/health` talks to it.\n"
             "\n"
             "  all of `tandem plan`'s budget and launch options (--vram, --cpu, --ctx,\n"
             "  --parallel, --ngl, --cache-type-k/-v, --flash-attn, --batch, --ubatch, ...)\n"
@@ -182,10 +188,18 @@ static int start_and_supervise(const char *model_path, const char *name, struct 
         fprintf(stderr, "tandem run: cannot place the log; use --log FILE\n");
         return 1;
     }
-    uint16_t port = engine_child_free_port();
+    struct engine_rundir *run = NULL;
+    char sock[256];
+    if (engine_rundir_new(&run, err, sizeof err) != TANDEM_OK ||
+        engine_rundir_socket(run, 0, sock, sizeof sock, err, sizeof err) != TANDEM_OK) {
+        fprintf(stderr, "tandem run: %s\n", err);
+        engine_rundir_free(run);
+        return 1;
+    }
     char **argv = NULL;
-    if (!port || engine_child_argv(engine, model_path, name, s, port, NULL, NULL, &argv) != TANDEM_OK) {
+    if (engine_child_argv(engine, model_path, name, s, sock, NULL, NULL, &argv) != TANDEM_OK) {
         fprintf(stderr, "tandem run: cannot prepare the engine's arguments\n");
+        engine_rundir_free(run);
         return 1;
     }
     /* block the stop signals first: they are read from a signalfd */
@@ -197,7 +211,7 @@ static int start_and_supervise(const char *model_path, const char *name, struct 
     int sigfd = signalfd(-1, &stop, SFD_CLOEXEC);
     struct engine_child *child = NULL;
     int64_t t0 = host_now_ms();
-    tandem_err e = engine_child_spawn(argv, NULL, log_path, port, &child, err, sizeof err);
+    tandem_err e = engine_child_spawn(argv, NULL, log_path, sock, &child, err, sizeof err);
     engine_child_argv_free(argv);
     if (e == TANDEM_OK)
         e = engine_child_wait_ready(child, o->timeout_ms, err, sizeof err);
@@ -216,12 +230,12 @@ static int start_and_supervise(const char *model_path, const char *name, struct 
                                  footprint_measure_has_gpu(&meas) ? COST_GPU : COST_CPU, &load,
                                  err, sizeof err) != TANDEM_OK)
             fprintf(stderr, "tandem run: load time not recorded: %s\n", err);
-        printf("ready: http://127.0.0.1:%u pid %ld log %s\n", (unsigned)port,
-               (long)engine_child_pid(child), log_path);
+        printf("ready: unix:%s pid %ld log %s\n", sock, (long)engine_child_pid(child), log_path);
         fflush(stdout);
         rc = supervise(child, sigfd, o, log_path);
     }
     engine_child_free(child);
+    engine_rundir_free(run); /* after the engine: its socket goes with the folder */
     if (sigfd >= 0)
         close(sigfd);
     return rc;

@@ -10,13 +10,13 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/host.h"
 #include "base/mem.h"
 #include "cli/private_daemon.h"
 #include "serve/config.h"
@@ -208,19 +208,13 @@ const char *model_endpoints_api_key(const struct model_endpoints *e) {
     return e && e->cfg && e->cfg->n_api_keys ? e->cfg->api_keys[0] : NULL;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
 void model_endpoints_free(struct model_endpoints *e) {
     if (!e)
         return;
     private_daemon_stop(e->configured, false);
     private_daemon_stop(e->files, false);
     if (e->dir[0])
-        nftw(e->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        host_remove_tree(e->dir);
     config_free(e->cfg);
     mem_free(e);
 }

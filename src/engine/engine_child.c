@@ -11,10 +11,8 @@
  * after the reap, so a recycled pid can never be hit. */
 #include "engine/engine_child.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +20,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,7 +32,7 @@
 struct engine_child {
     pid_t pid;
     int pidfd;
-    uint16_t port;
+    char *socket_path;
     bool exited;
     int status;
     char *log_path;
@@ -73,8 +72,8 @@ static const char *type_name(uint32_t id, char *buf, size_t cap) {
 }
 
 tandem_err engine_child_argv(const char *binary, const char *model_path, const char *alias,
-                             const struct plan_settings *r, uint16_t port, const char *slot_dir,
-                             char *const *extra, char ***argv_out) {
+                             const struct plan_settings *r, const char *socket_path,
+                             const char *slot_dir, char *const *extra, char ***argv_out) {
     *argv_out = NULL;
     if (r->ngl == PLAN_NGL_AUTO)
         return TANDEM_ERR_INVAL;
@@ -83,9 +82,11 @@ tandem_err engine_child_argv(const char *binary, const char *model_path, const c
     push(&b, binary);
     push(&b, "-m");
     push(&b, model_path);
-    push(&b, "--host");
-    push(&b, "127.0.0.1");
-    push_u(&b, "--port", port);
+    push(&b, "--host"); /* a path ending in .sock: the engine listens on AF_UNIX only */
+    push(&b, socket_path);
+    push(&b, "--cors-origins"); /* not an origin: no browser origin matches it */
+    push(&b, "none");
+    push(&b, "--no-cors-credentials");
     push_u(&b, "-c", r->ctx);
     push_u(&b, "-ngl", (unsigned long)r->ngl);
     push(&b, "-fit");
@@ -144,19 +145,6 @@ void engine_child_argv_free(char **argv) {
     for (size_t i = 0; argv && argv[i]; i++)
         mem_free(argv[i]);
     mem_free(argv);
-}
-
-uint16_t engine_child_free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    uint16_t port = 0;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
 }
 
 /* --- spawning -------------------------------------------------------------------- */
@@ -232,15 +220,17 @@ static char **child_env(char *const *env) {
 }
 
 tandem_err engine_child_spawn(char *const *argv, char *const *env, const char *log_path,
-                              uint16_t port, struct engine_child **out, char *err, size_t errlen) {
+                              const char *socket_path, struct engine_child **out, char *err,
+                              size_t errlen) {
     *out = NULL;
     struct engine_child *c = mem_calloc(1, sizeof *c);
-    if (!c || !(c->log_path = mem_strdup(log_path))) {
-        mem_free(c);
+    if (c)
+        c->pidfd = -1;
+    if (!c || !(c->log_path = mem_strdup(log_path)) ||
+        !(c->socket_path = mem_strdup(socket_path))) {
+        engine_child_free(c);
         return TANDEM_ERR_NOMEM;
     }
-    c->pidfd = -1;
-    c->port = port;
     int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (log_fd < 0) {
         tandem_errmsg(err, errlen, "%s: %s", log_path, strerror(errno));
@@ -289,7 +279,7 @@ tandem_err engine_child_spawn(char *const *argv, char *const *env, const char *l
 }
 
 pid_t engine_child_pid(const struct engine_child *c) { return c->pid; }
-uint16_t engine_child_port(const struct engine_child *c) { return c->port; }
+const char *engine_child_socket(const struct engine_child *c) { return c->socket_path; }
 int engine_child_exit_fd(const struct engine_child *c) { return c->pidfd; }
 
 tandem_err engine_child_poll(struct engine_child *c, bool *exited, int *status) {
@@ -311,13 +301,16 @@ tandem_err engine_child_poll(struct engine_child *c, bool *exited, int *status) 
 
 /* --- readiness ----------------------------------------------------------------------- */
 
-/* One GET /health over a fresh connection; returns the HTTP status or -1. */
-static int health_status(uint16_t port, int timeout_ms) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+/* One GET /health over a fresh connection to the unix socket at path;
+ * returns the HTTP status or -1. */
+static int health_status(const char *path, int timeout_ms) {
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof a.sun_path)
+        return -1;
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int status = -1;
-    static const char req[] = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    static const char req[] = "GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     if (fd < 0)
         return -1;
@@ -364,7 +357,7 @@ tandem_err engine_child_wait_ready(struct engine_child *c, int timeout_ms, char 
                           last);
             return TANDEM_ERR_CHILD;
         }
-        if (health_status(c->port, 1000) == 200)
+        if (health_status(c->socket_path, 1000) == 200)
             return TANDEM_OK;
         if (host_now_ms() >= deadline) {
             tandem_errmsg(err, errlen, "llama-server not ready after %d ms (log %s)", timeout_ms,
@@ -424,6 +417,7 @@ void engine_child_free(struct engine_child *c) {
     if (c->pidfd >= 0)
         close(c->pidfd);
     mem_free(c->log_path);
+    mem_free(c->socket_path);
     mem_free(c);
 }
 

@@ -1,8 +1,9 @@
 /* engine_child.h: one supervised llama-server process.
  *
  * Part of the engine module (only engine*.c know how llama-server is started
- * and spoken to). A child is started from an argv array, never a shell, bound
- * to 127.0.0.1 on a port tandem chose, in its own process group, with stdin
+ * and spoken to). A child is started from an argv array, never a shell,
+ * listening only on a unix socket in tandem's private run folder
+ * (engine_rundir), in its own process group, with stdin
  * from /dev/null and stdout+stderr appended to a log file. It dies with
  * tandem (PR_SET_PDEATHSIG), so no child outlives a killed tandem. Its exit
  * is visible at once through a pidfd that pollers (or an event loop) watch. */
@@ -20,8 +21,10 @@
 struct engine_child; /* opaque */
 
 /* The llama-server flags for model_path under resolved settings r (from
- * plan_model_resolve; ngl must be explicit): -m, --host 127.0.0.1, --port,
- * explicit -c/-ngl with -fit off, -np (--kv-unified when set), -ctk/-ctv,
+ * plan_model_resolve; ngl must be explicit): -m, --host socket_path (a path
+ * ending in ".sock": the engine then listens on that unix socket and on no
+ * port), --cors-origins none --no-cors-credentials (no browser origin is
+ * allowed: "none" matches none), explicit -c/-ngl with -fit off, -np (--kv-unified when set), -ctk/-ctv,
  * -fa on|off, -b/-ub (equal to the window for whole-batch encoders, as the
  * resolved settings already say), --no-repack --device none on a CPU engine
  * (no GPU context at all), -t/-tb when threads is set, --no-warmup when
@@ -37,30 +40,29 @@ struct engine_child; /* opaque */
  * element 0 is binary. Returns TANDEM_ERR_NOMEM or TANDEM_ERR_INVAL (ngl
  * auto). */
 tandem_err engine_child_argv(const char *binary, const char *model_path, const char *alias,
-                             const struct plan_settings *r, uint16_t port, const char *slot_dir,
-                             char *const *extra, char ***argv_out);
+                             const struct plan_settings *r, const char *socket_path,
+                             const char *slot_dir, char *const *extra, char ***argv_out);
 
 /* Frees an array from engine_child_argv. NULL is a no-op. */
 void engine_child_argv_free(char **argv);
-
-/* Returns a TCP port on 127.0.0.1 that was free a moment ago (bound and
- * released), or 0 on failure. */
-uint16_t engine_child_free_port(void);
 
 /* Starts argv[0] with argv (borrowed for the call) and an allowlisted part
  * of tandem's environment (PATH, HOME, the locale, TZ, TMPDIR, the GPU and
  * BLAS backends' variables; never LLAMA_*: docs/serve.md) plus env (NULL, or
  * NULL-terminated "NAME=value" entries that replace or add to the inherited
- * ones; borrowed), appending its output to log_path (created
- * 0600). port is what argv binds (for engine_child_port).
+ * ones; borrowed), appending its output to log_path (created 0600).
+ * socket_path (copied) is the unix socket argv listens on (for
+ * engine_child_socket and engine_child_wait_ready).
  * On success *out is a new handle (caller frees with engine_child_free).
  * Returns TANDEM_ERR_IO (log file), TANDEM_ERR_SPAWN (fork/exec; err says
  * why, an exec failure included), TANDEM_ERR_NOMEM. */
 tandem_err engine_child_spawn(char *const *argv, char *const *env, const char *log_path,
-                              uint16_t port, struct engine_child **out, char *err, size_t errlen);
+                              const char *socket_path, struct engine_child **out, char *err,
+                              size_t errlen);
 
 pid_t engine_child_pid(const struct engine_child *c);
-uint16_t engine_child_port(const struct engine_child *c);
+/* The unix socket the engine listens on; valid until engine_child_free. */
+const char *engine_child_socket(const struct engine_child *c);
 
 /* A descriptor that becomes readable when the child exits (a pidfd), for
  * poll(2) or an event loop; owned by the child handle. */
@@ -71,7 +73,7 @@ int engine_child_exit_fd(const struct engine_child *c);
  * a reaped child stays exited with the same status. */
 tandem_err engine_child_poll(struct engine_child *c, bool *exited, int *status);
 
-/* Polls GET /health every 50 ms until it answers 200 (TANDEM_OK), the child
+/* Polls GET /health on the engine's unix socket every 50 ms until it answers 200 (TANDEM_OK), the child
  * exits (TANDEM_ERR_CHILD; err gives the exit status and the log's last
  * line), or timeout_ms passes (TANDEM_ERR_TIMEOUT). Blocks: for one-shot
  * commands; the daemon polls from its event loop. */

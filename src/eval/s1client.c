@@ -130,6 +130,9 @@ tandem_err s1client_new(const struct s1client_params *params, struct s1client **
         e = TANDEM_ERR_HTTP;
         goto fail;
     }
+    if (params->unix_socket &&
+        curl_easy_setopt(c->curl, CURLOPT_UNIX_SOCKET_PATH, params->unix_socket) != CURLE_OK)
+        goto fail;
     curl_easy_setopt(c->curl, CURLOPT_URL, c->url);
     curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, c->headers);
     curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_data);

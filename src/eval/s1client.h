@@ -26,6 +26,10 @@ struct s1client_params {
     const char *api_key;  /* sent as "Authorization: Bearer KEY"; NULL = no header; copied */
     long timeout_ms;      /* whole-request limit in milliseconds; 0 = 60000 */
     const char *path;     /* the route to POST to; NULL = "/v1/systemone"; copied */
+    const char *unix_socket; /* connect to this unix socket instead of the endpoint's
+                              * host and port (an engine in tandem's private run folder;
+                              * the endpoint is then "http://localhost"); NULL = TCP;
+                              * copied */
     const char *const *headers; /* more "Name: value" request headers, NULL-terminated;
                                  * NULL = none; copied */
     bool (*cancelled)(void *user); /* asked at least once a second during an exchange

@@ -80,7 +80,7 @@ struct call {
     char id[64];
     const struct api_model *model;
     struct sched_job *job;
-    struct http_upstream *up;
+    struct upstream_call *up;
     struct remote_call *rcall;  /* a remote model's call in flight */
     char upstream[256];         /* the upstream that answered it ("" = local) */
     unsigned attempts;          /* sends: to an engine (a resend after its failure
@@ -292,7 +292,7 @@ static void finish(struct call *c, int status, const char *error) {
     count_call(c, status);
     pipeline_run_cancel(c->run);
     if (c->up)
-        http_upstream_cancel(c->up);
+        upstream_cancel(c->up);
     if (c->rcall)
         remote_call_cancel(c->rcall);
     if (c->job)
@@ -708,17 +708,17 @@ static void on_engine_done(void *user, int status, struct evbuffer *body, const 
     finish(c, 200, NULL);
 }
 
-static const struct http_upstream_ops engine_ops = {
+static const struct upstream_ops engine_ops = {
     .headers = on_engine_headers, .done = on_engine_done};
-static const struct http_upstream_ops engine_stream_ops = {
+static const struct upstream_ops engine_stream_ops = {
     .headers = on_engine_headers, .chunk = on_engine_chunk, .done = on_engine_done};
 
-static void on_job_start(struct sched_job *job, uint16_t port, void *user) {
+static void on_job_start(struct sched_job *job, const char *socket_path, void *user) {
     (void)job;
     struct call *c = user;
     c->attempts++;
     bool stream = json_is_true(json_object_get(c->request, "stream"));
-    c->up = http_upstream_start(c->api->p.engines, port, EVHTTP_REQ_POST, http_req_uri(c->r),
+    c->up = upstream_start(c->api->p.engines, socket_path, EVHTTP_REQ_POST, http_req_uri(c->r),
                                 "application/json", c->body, c->body_len, NULL, forward_headers,
                                 stream ? &engine_stream_ops : &engine_ops, c);
     if (!c->up)
@@ -755,7 +755,7 @@ static void on_job_fail(struct sched_job *job, int status, const char *type, con
 static void on_job_retry(struct sched_job *job, void *user) {
     (void)job;
     struct call *c = user;
-    http_upstream_cancel(c->up);
+    upstream_cancel(c->up);
     c->up = NULL;
 }
 
@@ -1693,7 +1693,7 @@ void api_free(struct api *a) {
     while (a->calls) {
         struct call *c = a->calls;
         if (c->up)
-            http_upstream_cancel(c->up);
+            upstream_cancel(c->up);
         c->up = NULL;
         c->job = NULL; /* the scheduler frees its jobs */
         if (c->rcall)

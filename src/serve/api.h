@@ -34,6 +34,7 @@
 #include "serve/prom.h"
 #include "serve/remote.h"
 #include "serve/sched.h"
+#include "serve/upstream.h"
 
 /* A model as the api routes it. */
 struct api_model {
@@ -56,7 +57,7 @@ struct api_params {
     size_t n_models;
     size_t default_model;          /* index into models; SIZE_MAX = none */
     struct sched *sched;
-    struct http_client *engines;   /* connections to local engines: sched_engine_client */
+    struct upstream_client *engines;   /* connections to local engines: sched_engine_client */
     struct remote *remote;         /* remote models; NULL when there are none */
     struct prom *metrics;          /* may be NULL */
     struct audit *audit;           /* may be NULL */

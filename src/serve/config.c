@@ -673,7 +673,8 @@ static const char *const OWNED_FLAGS[] = {
     "-fa", "--flash-attn", "-b", "--batch-size", "-ub", "--ubatch-size", "-fit", "--fit",
     "-lv", "--log-verbosity", "--embeddings", "--embedding", "--pooling", "--reranking",
     "--alias", "-a", "--api-key", "--kv-unified", "-kvu", "-t", "--threads", "-tb",
-    "--threads-batch", "-dev", "--device", "-cram", "--cache-ram", "--slot-save-path", NULL};
+    "--threads-batch", "-dev", "--device", "-cram", "--cache-ram", "--slot-save-path",
+    "--cors-origins", "--cors-credentials", "--no-cors-credentials", NULL};
 static bool k_m_extra(struct walk *w, struct fy_node *v, const char *p, void *t) {
     if (!get_list(w, v, p, &MODEL(t)->extra_args, &MODEL(t)->n_extra_args))
         return false;

@@ -1,4 +1,4 @@
-/* http.h: the daemon's HTTP server and its client of the engines, on libevent.
+/* http.h: the daemon's HTTP server, on libevent.
  *
  * Server side: one listener; each request is handed to the handler as a
  * struct http_req, which the handler answers later (whole or streamed) and
@@ -8,9 +8,8 @@
  * stops reading once a request is in; tandem watches the socket itself).
  * A detached request is the same object without a connection: made from a
  * request line, headers and body, answered into a callback (the HTTP fuzz
- * target drives the router this way).
- * Client side: requests to 127.0.0.1:<port> over kept-alive connections
- * pooled per port, with the body either buffered or streamed chunk by chunk. */
+ * target drives the router this way). The daemon's client of its engines is
+ * serve/upstream. */
 #ifndef TANDEM_HTTP_H
 #define TANDEM_HTTP_H
 
@@ -144,49 +143,5 @@ struct http_detached_params {
  * header is one evhttp_add_header refuses (a line break in it),
  * TANDEM_ERR_NOMEM. */
 tandem_err http_req_new_detached(const struct http_detached_params *p, struct http_req **out);
-
-/* --- client of the engines ------------------------------------------------------------- */
-
-struct http_client;   /* opaque: connection pools per port */
-struct http_upstream; /* opaque: one request in flight */
-
-struct http_upstream_ops {
-    /* optional: the response status and headers arrived; return false to abort
-     * (done is then called with an error) */
-    bool (*headers)(void *user, int status, const struct evkeyvalq *headers);
-    /* optional: when set, a chunked answer's body is streamed here (data is
-     * drained after); an answer with a length is still buffered for done */
-    void (*chunk)(void *user, struct evbuffer *data);
-    /* the exchange ended: status > 0 and body (NULL when streamed to chunk;
-     * borrowed) on success; status 0 and error (borrowed) on failure. Called
-     * once. */
-    void (*done)(void *user, int status, struct evbuffer *body, const char *error);
-};
-
-/* Returns a new client on base (borrowed), NULL on OOM. */
-struct http_client *http_client_new(struct event_base *base);
-
-/* Frees every connection; requests in flight are cancelled without callbacks.
- * http_client_free(NULL) is a no-op. */
-void http_client_free(struct http_client *c);
-
-/* Closes the idle connections to port (its engine is gone). */
-void http_client_drop_port(struct http_client *c, uint16_t port);
-
-/* Sends method uri to 127.0.0.1:port with body[len] (copied; NULL = none) of
- * content_type, plus the request headers named in forward (NULL-terminated,
- * copied from from_headers when present). ops->done is called later, never
- * from inside this call. Returns NULL when the request cannot be made (OOM,
- * no connection); nothing is called back then. */
-struct http_upstream *http_upstream_start(struct http_client *c, uint16_t port,
-                                          enum evhttp_cmd_type method, const char *uri,
-                                          const char *content_type, const void *body, size_t len,
-                                          const struct evkeyvalq *from_headers,
-                                          const char *const *forward,
-                                          const struct http_upstream_ops *ops, void *user);
-
-/* Cancels an exchange in flight: no callback follows, the connection is
- * closed (so the engine sees the hang-up) and u is freed. */
-void http_upstream_cancel(struct http_upstream *u);
 
 #endif

@@ -360,7 +360,7 @@ struct pipeline_run {
     size_t stage_model;
     char *body;
     struct sched_job *job;
-    struct http_upstream *up;
+    struct upstream_call *up;
     struct remote_call *rcall;  /* a remote stage in flight */
     int64_t stage_t0;
     stage_cont cont;
@@ -431,7 +431,7 @@ static void on_job_fail(struct sched_job *job, int status, const char *type, con
     sched_job_timing(job, &t);
     r->job = NULL;
     if (r->up) {
-        http_upstream_cancel(r->up);
+        upstream_cancel(r->up);
         r->up = NULL;
     }
     add_timing(r, &t);
@@ -503,7 +503,7 @@ static void on_remote_done(void *user, const struct remote_result *res) {
                      "pipeline %s, stage %s: %s", r->cp->pl->name, r->stage_name, res->error);
 }
 
-static const struct http_upstream_ops engine_ops = {.done = on_engine_done};
+static const struct upstream_ops engine_ops = {.done = on_engine_done};
 
 /* The model of the stage after the running one: the first verify stage after
  * decide, the next verify stage after a verify stage, and after the last
@@ -518,12 +518,12 @@ static size_t next_stage_model(const struct pipeline_run *r) {
     return r->stage + 1 < n ? r->cp->verify[r->stage + 1].model : r->cp->decide.model;
 }
 
-static void on_job_start(struct sched_job *job, uint16_t port, void *user) {
+static void on_job_start(struct sched_job *job, const char *socket_path, void *user) {
     struct pipeline_run *r = user;
     size_t next = next_stage_model(r);
     if (next != SIZE_MAX)
         sched_job_lookahead(job, r->set->models[next].sched_index);
-    r->up = http_upstream_start(r->env.engines, port, EVHTTP_REQ_POST, "/v1/systemone",
+    r->up = upstream_start(r->env.engines, socket_path, EVHTTP_REQ_POST, "/v1/systemone",
                                 "application/json", r->body, strlen(r->body), NULL, NULL,
                                 &engine_ops, r);
     if (!r->up)
@@ -535,7 +535,7 @@ static void on_job_start(struct sched_job *job, uint16_t port, void *user) {
 static void on_job_retry(struct sched_job *job, void *user) {
     (void)job;
     struct pipeline_run *r = user;
-    http_upstream_cancel(r->up);
+    upstream_cancel(r->up);
     r->up = NULL;
     r->resends++;
 }
@@ -1154,7 +1154,7 @@ void pipeline_run_cancel(struct pipeline_run *r) {
     if (r->nested)
         pipeline_run_cancel(r->nested);
     if (r->up)
-        http_upstream_cancel(r->up);
+        upstream_cancel(r->up);
     if (r->job)
         sched_job_cancel(r->job);
     if (r->rcall)

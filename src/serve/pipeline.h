@@ -25,6 +25,7 @@
 #include "serve/http.h"
 #include "serve/remote.h"
 #include "serve/sched.h"
+#include "serve/upstream.h"
 
 /* A model as pipelines see it: entry i describes cfg->models[i]. */
 struct pipeline_model {
@@ -38,7 +39,7 @@ struct pipeline_model {
 /* What runs need; everything is borrowed and must outlive the runs. */
 struct pipeline_env {
     struct sched *sched;
-    struct http_client *engines;
+    struct upstream_client *engines;
     struct remote *remote;     /* NULL when no model is remote */
 };
 

@@ -1,12 +1,11 @@
 /* remote.c: models served by remote endpoints, on libcurl's multi interface
  * driven by the daemon's libevent loop.
  *
- * One CURLM per set shares the connection cache (keep-alive) and the DNS
- * cache between every model, call and health probe. libcurl says which
- * sockets to watch (sock_cb: one struct event per socket, on r->socks) and
- * when to wake it (timer_cb: one evtimer); those events call
- * curl_multi_socket_action and then drain curl_multi_info_read (drain), which
- * hands each finished transfer to probe_done or attempt_done. Nothing blocks.
+ * One curl_loop per set (serve/curl_loop: a CURLM on the daemon's libevent
+ * loop) shares the connection cache (keep-alive) and the DNS cache between
+ * every model, call and health probe; it hands each finished transfer to
+ * xfer_done, which passes it on to probe_done or attempt_done. Nothing
+ * blocks.
  *
  * A call is a sequence of attempts, one URL each (choose: up, untried, the
  * fewest outstanding, list order breaks ties):
@@ -40,6 +39,7 @@
 
 #include "base/host.h"
 #include "base/mem.h"
+#include "serve/curl_loop.h"
 #include "version.h"
 
 #define DEFAULT_INTERVAL_MS 1000
@@ -73,24 +73,15 @@ struct remote_model {
     struct upstream u[REMOTE_MAX_URLS];
 };
 
-struct sock {                    /* one socket libcurl asked us to watch */
-    struct remote *r;
-    curl_socket_t fd;
-    struct event *ev;
-    struct sock *prev, *next;
-};
-
 struct remote {
     struct event_base *base;
-    CURLM *multi;
-    struct event *timer;         /* libcurl's timeout */
+    struct curl_loop *loop;
     int64_t interval_ms;
     uint64_t max_bytes;
     struct prom_metric *m_up, *m_requests, *m_duration;
     struct remote_model **models;
     size_t n_models, cap_models;
     struct remote_call *calls;
-    struct sock *socks;
     bool started;
 };
 
@@ -222,90 +213,6 @@ static void arm(struct event *ev, int64_t ms) {
     evtimer_add(ev, &tv);
 }
 
-/* --- libcurl <-> libevent ----------------------------------------------------------------- */
-
-static void drain(struct remote *r);
-
-static void on_sock_event(evutil_socket_t fd, short what, void *arg) {
-    struct remote *r = arg;
-    int running;
-    int action = (what & EV_READ ? CURL_CSELECT_IN : 0) | (what & EV_WRITE ? CURL_CSELECT_OUT : 0);
-    curl_multi_socket_action(r->multi, fd, action, &running);
-    drain(r);
-}
-
-static void on_curl_timer(evutil_socket_t fd, short what, void *arg) {
-    (void)fd;
-    (void)what;
-    struct remote *r = arg;
-    int running;
-    curl_multi_socket_action(r->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    drain(r);
-}
-
-static void sock_free(struct sock *s) {
-    struct remote *r = s->r;
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        r->socks = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
-    if (s->ev)
-        event_free(s->ev);
-    mem_free(s);
-}
-
-static struct sock *sock_new(struct remote *r, curl_socket_t fd) {
-    struct sock *s = mem_calloc(1, sizeof *s);
-    if (!s)
-        return NULL;
-    s->r = r;
-    s->fd = fd;
-    if (!(s->ev = event_new(r->base, fd, EV_READ | EV_PERSIST, on_sock_event, r))) {
-        mem_free(s);
-        return NULL;
-    }
-    s->next = r->socks;
-    if (r->socks)
-        r->socks->prev = s;
-    r->socks = s;
-    curl_multi_assign(r->multi, fd, s);
-    return s;
-}
-
-/* CURLMOPT_SOCKETFUNCTION: watch fd for what libcurl asks, or stop. */
-static int sock_cb(CURL *e, curl_socket_t fd, int what, void *userp, void *socketp) {
-    (void)e;
-    struct remote *r = userp;
-    struct sock *s = socketp;
-    if (what == CURL_POLL_REMOVE) {
-        if (s) {
-            curl_multi_assign(r->multi, fd, NULL);
-            sock_free(s);
-        }
-        return 0;
-    }
-    if (!s && !(s = sock_new(r, fd)))
-        return -1;
-    short flags = EV_PERSIST | (what & CURL_POLL_IN ? EV_READ : 0) |
-                  (what & CURL_POLL_OUT ? EV_WRITE : 0);
-    event_del(s->ev);
-    event_assign(s->ev, r->base, fd, flags, on_sock_event, r);
-    return event_add(s->ev, NULL) == 0 ? 0 : -1;
-}
-
-/* CURLMOPT_TIMERFUNCTION: (re)arm or stop the one timer; never acts itself. */
-static int timer_cb(CURLM *multi, long ms, void *userp) {
-    (void)multi;
-    struct remote *r = userp;
-    if (ms < 0)
-        evtimer_del(r->timer);
-    else
-        arm(r->timer, ms);
-    return 0;
-}
-
 /* --- transfers ---------------------------------------------------------------------------- */
 
 static size_t on_data(char *ptr, size_t size, size_t nmemb, void *user) {
@@ -324,7 +231,7 @@ static void xfer_free(struct xfer *x) {
         return;
     if (x->easy) {
         if (x->added)
-            curl_multi_remove_handle(x->u->m->r->multi, x->easy);
+            curl_loop_remove(x->u->m->r->loop, x->easy);
         curl_easy_cleanup(x->easy);
     }
     curl_slist_free_all(x->headers);
@@ -382,7 +289,7 @@ static struct xfer *xfer_new(struct upstream *u, struct remote_call *c, int64_t 
 }
 
 static bool xfer_add(struct xfer *x) {
-    x->added = curl_multi_add_handle(x->u->m->r->multi, x->easy) == CURLM_OK;
+    x->added = curl_loop_add(x->u->m->r->loop, x->easy);
     return x->added;
 }
 
@@ -693,25 +600,17 @@ static void attempt_done(struct xfer *x, CURLcode rc) {
     xfer_free(x);
 }
 
-/* Hands every finished transfer to its owner. */
-static void drain(struct remote *r) {
-    CURLMsg *msg;
-    int left;
-    while ((msg = curl_multi_info_read(r->multi, &left))) {
-        if (msg->msg != CURLMSG_DONE)
-            continue;
-        CURL *e = msg->easy_handle;
-        CURLcode rc = msg->data.result;
-        char *p = NULL;
-        curl_easy_getinfo(e, CURLINFO_PRIVATE, &p);
-        struct xfer *x = (struct xfer *)p;
-        curl_multi_remove_handle(r->multi, e);
-        x->added = false;
-        if (x->call)
-            attempt_done(x, rc);
-        else
-            probe_done(x, rc);
-    }
+/* curl_loop's done: hands a finished transfer to its owner. */
+static void xfer_done(CURL *e, CURLcode rc, void *user) {
+    (void)user;
+    char *p = NULL;
+    curl_easy_getinfo(e, CURLINFO_PRIVATE, &p);
+    struct xfer *x = (struct xfer *)p;
+    x->added = false;
+    if (x->call)
+        attempt_done(x, rc);
+    else
+        probe_done(x, rc);
 }
 
 /* --- URL check ---------------------------------------------------------------------------- */
@@ -795,26 +694,19 @@ tandem_err remote_url_check(const char *url, char *err, size_t errlen) {
 /* --- the set ------------------------------------------------------------------------------ */
 
 struct remote *remote_new(struct event_base *base, const struct remote_params *p) {
-    if (!base || !p || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+    if (!base || !p)
         return NULL;
     struct remote *r = mem_calloc(1, sizeof *r);
-    if (!r) {
-        curl_global_cleanup();
+    if (!r)
         return NULL;
-    }
     r->base = base;
     r->interval_ms = p->health_interval_ms > 0 ? p->health_interval_ms : DEFAULT_INTERVAL_MS;
     r->max_bytes = p->max_response_bytes ? p->max_response_bytes : DEFAULT_MAX_BYTES;
-    r->multi = curl_multi_init();
-    r->timer = evtimer_new(base, on_curl_timer, r);
-    if (!r->multi || !r->timer || (p->metrics && register_metrics(r, p->metrics) != TANDEM_OK)) {
+    r->loop = curl_loop_new(base, xfer_done, r);
+    if (!r->loop || (p->metrics && register_metrics(r, p->metrics) != TANDEM_OK)) {
         remote_free(r);
         return NULL;
     }
-    curl_multi_setopt(r->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
-    curl_multi_setopt(r->multi, CURLMOPT_SOCKETDATA, r);
-    curl_multi_setopt(r->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
-    curl_multi_setopt(r->multi, CURLMOPT_TIMERDATA, r);
     return r;
 }
 
@@ -842,14 +734,8 @@ void remote_free(struct remote *r) {
     for (size_t i = 0; i < r->n_models; i++)
         model_free(r->models[i]);
     mem_free(r->models);
-    if (r->multi)
-        curl_multi_cleanup(r->multi); /* closes the cached connections */
-    while (r->socks)
-        sock_free(r->socks);
-    if (r->timer)
-        event_free(r->timer);
+    curl_loop_free(r->loop); /* closes the cached connections */
     mem_free(r);
-    curl_global_cleanup();
 }
 
 /* Starts watching u: the first probe now, or up at once without polling. */

@@ -47,11 +47,12 @@
 
 #include "engine/engine_child.h"
 #include "engine/engine_progress.h"
+#include "engine/engine_rundir.h"
 #include "plan/cost.h"
 #include "plan/footprint.h"
 #include "base/host.h"
 #include "base/prefetch.h"
-#include "serve/http.h"
+#include "serve/upstream.h"
 #include "base/mem.h"
 #include "version.h"
 
@@ -91,7 +92,7 @@ struct sched_job {
     long tokens;         /* prompt tokens the engine reported; <= 0 = unknown */
     size_t next;         /* the model the owner goes to next, or NO_MODEL */
     uint64_t prompt;     /* what its answer depends on (sched_submit); 0 = unknown */
-    struct http_upstream *erase; /* the slot check or erase that precedes its start */
+    struct upstream_call *erase; /* the slot check or erase that precedes its start */
     struct event *erase_wait;    /* the next slot check, while the engine is still busy */
 };
 TAILQ_HEAD(job_list, sched_job);
@@ -112,12 +113,11 @@ struct smodel {
     enum sched_state state;
     struct engine_child *child;
     char log_path[4200];
-    char slot_dir[4200];     /* the engine's --slot-save-path (it only erases there) */
     struct event *exit_ev;
     struct event *timer;     /* loading: health poll; stopping: SIGKILL; resident: keep-alive */
     struct event *load_ev;   /* loading: the load timeout */
     struct event *retry_ev;  /* backoff over: kick */
-    struct http_upstream *health;
+    struct upstream_call *health;
     struct job_list running;
     uint32_t n_running, n_waiting, group_count;
     int64_t *crash_at;       /* the last max_restarts crash times, a ring */
@@ -153,7 +153,8 @@ struct sched {
     size_t n_models;
     struct job_list waiting;
     uint32_t n_waiting;
-    struct http_client *http;
+    struct upstream_client *http;
+    struct engine_rundir *run; /* the engines' sockets and slot folders; made at the first spawn */
     struct event *starve_ev;
     struct event *queue_ev, *memory_ev; /* queue events (coalesced), memory samples */
     bool shutting_down;
@@ -411,7 +412,7 @@ static void prefetch(struct smodel *m) {
 
 static void cancel_erase(struct sched_job *j) {
     if (j->erase)
-        http_upstream_cancel(j->erase);
+        upstream_cancel(j->erase);
     j->erase = NULL;
     if (j->erase_wait)
         event_free(j->erase_wait);
@@ -546,10 +547,10 @@ static void erase_done(void *user, int status, struct evbuffer *body, const char
                 "repeat may differ from its first answer\n", m->name, error ? error : "status",
                 status);
     }
-    j->ops->start(j, engine_child_port(m->child), j->user);
+    j->ops->start(j, engine_child_socket(m->child), j->user);
 }
 
-static const struct http_upstream_ops erase_ops = {.done = erase_done};
+static const struct upstream_ops erase_ops = {.done = erase_done};
 static void check_slot(struct sched_job *j);
 
 /* Whether GET /slots says that slot 0 is working (on a request whose client
@@ -586,22 +587,22 @@ static void slot_checked(void *user, int status, struct evbuffer *body, const ch
         else
             erase_done(j, 0, NULL, "out of memory");
     } else {
-        j->erase = http_upstream_start(j->s->http, engine_child_port(m->child), EVHTTP_REQ_POST,
-                                       "/slots/0?action=erase", "application/json", "{}", 2,
-                                       NULL, NULL, &erase_ops, j);
+        j->erase = upstream_start(j->s->http, engine_child_socket(m->child), EVHTTP_REQ_POST,
+                                  "/slots/0?action=erase", "application/json", "{}", 2, NULL,
+                                  NULL, &erase_ops, j);
         if (!j->erase)
             erase_done(j, 0, NULL, "no connection");
     }
 }
 
-static const struct http_upstream_ops check_ops = {.done = slot_checked};
+static const struct upstream_ops check_ops = {.done = slot_checked};
 
 /* Empties the engine's slot, then starts j: its prompt is evaluated whole, as
  * the first time. The job holds the slot meanwhile. First GET /slots, then
  * (slot_checked) the erase. */
 static void check_slot(struct sched_job *j) {
-    j->erase = http_upstream_start(j->s->http, engine_child_port(j->m->child), EVHTTP_REQ_GET,
-                                   "/slots", NULL, NULL, 0, NULL, NULL, &check_ops, j);
+    j->erase = upstream_start(j->s->http, engine_child_socket(j->m->child), EVHTTP_REQ_GET,
+                              "/slots", NULL, NULL, 0, NULL, NULL, &check_ops, j);
     if (!j->erase)
         erase_done(j, 0, NULL, "no connection");
 }
@@ -629,7 +630,7 @@ static void job_start(struct sched_job *j) {
     if (repeats_last_prompt(j))
         check_slot(j);
     else
-        j->ops->start(j, engine_child_port(m->child), j->user);
+        j->ops->start(j, engine_child_socket(m->child), j->user);
 }
 
 /* Whether m cannot be ready before deadline_ms: it holds no ready engine
@@ -765,11 +766,9 @@ static void drop_child(struct smodel *m) {
         m->exit_ev = NULL;
     }
     if (m->health) {
-        http_upstream_cancel(m->health);
+        upstream_cancel(m->health);
         m->health = NULL;
     }
-    if (m->child)
-        http_client_drop_port(m->s->http, engine_child_port(m->child));
     engine_child_free(m->child);
     m->child = NULL;
     engine_progress_free(m->progress);
@@ -987,19 +986,19 @@ static void became_ready(struct smodel *m) {
     double secs = (double)(m->ready_at - m->load_started) / 1000.0;
     if (m->s->m_load_seconds)
         prom_observe(m->s->m_load_seconds, labels, secs);
-    fprintf(stderr, "tandem: %s ready in %.2f s on port %u (pid %ld)\n", m->name, secs,
-            (unsigned)engine_child_port(m->child), (long)engine_child_pid(m->child));
+    fprintf(stderr, "tandem: %s ready in %.2f s on %s (pid %ld)\n", m->name, secs,
+            engine_child_socket(m->child), (long)engine_child_pid(m->child));
     if (m->progress) /* NULL after an OOM at the spawn: no progress was followed */
         engine_progress_ready(m->progress, &m->load);
     else
         m->load = (struct engine_progress_sample){ENGINE_PHASE_READY, 1, m->ready_ms};
     m->crashed_last = false;
     char dev[16];
-    publish(m, "ready", json_pack("{sssIsIsi}", "device",
+    publish(m, "ready", json_pack("{sssIsIss}", "device",
                                   place_device_name(m->device, dev, sizeof dev), "load_ms",
                                   (json_int_t)m->ready_ms, "pid",
-                                  (json_int_t)engine_child_pid(m->child), "port",
-                                  (int)engine_child_port(m->child)));
+                                  (json_int_t)engine_child_pid(m->child), "socket",
+                                  engine_child_socket(m->child)));
     record_footprint(m);
     kick(m->s);
 }
@@ -1016,7 +1015,7 @@ static void health_done(void *user, int status, struct evbuffer *body, const cha
         timer_in(m->timer, HEALTH_POLL_MS);
 }
 
-static const struct http_upstream_ops health_ops = {.done = health_done};
+static const struct upstream_ops health_ops = {.done = health_done};
 
 static void on_model_timer(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
@@ -1025,8 +1024,8 @@ static void on_model_timer(evutil_socket_t fd, short what, void *arg) {
     case SCHED_LOADING: /* follow the load, poll /health */
         if (m->progress && engine_progress_poll(m->progress, PROGRESS_STEP, &m->load))
             publish_loading(m);
-        m->health = http_upstream_start(m->s->http, engine_child_port(m->child), EVHTTP_REQ_GET,
-                                        "/health", NULL, NULL, 0, NULL, NULL, &health_ops, m);
+        m->health = upstream_start(m->s->http, engine_child_socket(m->child), EVHTTP_REQ_GET,
+                                   "/health", NULL, NULL, 0, NULL, NULL, &health_ops, m);
         if (!m->health)
             timer_in(m->timer, HEALTH_POLL_MS);
         break;
@@ -1067,23 +1066,35 @@ static void rotate_log(const char *path) {
     rename(path, old);
 }
 
-static void spawn(struct smodel *m) {
-    char err[768] = "";
-    uint16_t port = engine_child_free_port();
-    char **argv = NULL;
+/* The engine's socket and slot folder in the scheduler's private run folder
+ * (made on the first spawn); TANDEM_OK or an error explained in err. */
+static tandem_err engine_paths(struct smodel *m, char *sock, char *slots, size_t cap, char *err,
+                               size_t errlen) {
+    struct sched *s = m->s;
+    tandem_err e = s->run ? TANDEM_OK : engine_rundir_new(&s->run, err, errlen);
+    if (e == TANDEM_OK)
+        e = engine_rundir_socket(s->run, (unsigned)m->index, sock, cap, err, errlen);
     /* the engine needs a directory for its slot actions, erase included; it
      * writes there only when asked to save a slot, which tandem never does */
-    bool slot_dir = mkdir(m->slot_dir, 0700) == 0 || errno == EEXIST;
-    tandem_err e = port ? engine_child_argv(m->s->engine, m->path, m->name, &m->settings, port,
-                                            slot_dir ? m->slot_dir : NULL, m->extra, &argv)
-                        : TANDEM_ERR_IO;
+    if (e == TANDEM_OK)
+        e = engine_rundir_slots(s->run, (unsigned)m->index, slots, cap, err, errlen);
+    return e;
+}
+
+static void spawn(struct smodel *m) {
+    char err[768] = "", sock[256], slots[256];
+    char **argv = NULL;
+    tandem_err e = engine_paths(m, sock, slots, sizeof sock, err, sizeof err);
+    if (e == TANDEM_OK)
+        e = engine_child_argv(m->s->engine, m->path, m->name, &m->settings, sock, slots, m->extra,
+                              &argv);
     char visible[48];
     char *env[] = {visible, NULL};
     snprintf(visible, sizeof visible, "CUDA_VISIBLE_DEVICES=%d", m->device);
     bool choose_gpu = m->device >= 0 && m->s->p.n_gpus > 1 && !m->s->p.simulated;
     if (e == TANDEM_OK) {
         rotate_log(m->log_path);
-        e = engine_child_spawn(argv, choose_gpu ? env : NULL, m->log_path, port, &m->child, err,
+        e = engine_child_spawn(argv, choose_gpu ? env : NULL, m->log_path, sock, &m->child, err,
                                sizeof err);
     }
     engine_child_argv_free(argv);
@@ -1111,8 +1122,8 @@ static void spawn(struct smodel *m) {
     set_state(m, SCHED_LOADING);
     timer_in(m->timer, HEALTH_POLL_MS);
     timer_in(m->load_ev, m->load_timeout_ms);
-    fprintf(stderr, "tandem: loading %s (pid %ld, port %u, log %s)\n", m->name,
-            (long)engine_child_pid(m->child), (unsigned)port, m->log_path);
+    fprintf(stderr, "tandem: loading %s (pid %ld, socket %s, log %s)\n", m->name,
+            (long)engine_child_pid(m->child), sock, m->log_path);
     if (m->crashed_last)
         publish(m, "restarted", json_pack("{sI}", "crashes", (json_int_t)m->crash_total));
     publish_loading(m);
@@ -1134,7 +1145,7 @@ static void stop_model(struct smodel *m, const char *reason) {
     m->stop_started = host_now_ms();
     flush_cost(m);
     if (m->health) {
-        http_upstream_cancel(m->health);
+        upstream_cancel(m->health);
         m->health = NULL;
     }
     set_state(m, SCHED_STOPPING);
@@ -1328,7 +1339,7 @@ struct sched *sched_new(struct event_base *base, const struct sched_params *p) {
     TAILQ_INIT(&s->waiting);
     s->engine = mem_strdup(p->engine);
     s->log_dir = mem_strdup(p->log_dir);
-    s->http = http_client_new(base);
+    s->http = upstream_client_new(base);
     s->starve_ev = event_new(base, -1, 0, on_starve, s);
     if (p->events) {
         s->queue_ev = evtimer_new(base, on_queue_event, s);
@@ -1379,7 +1390,8 @@ void sched_free(struct sched *s) {
     for (size_t i = 0; i < s->n_models; i++)
         free_model(s->models[i]);
     mem_free(s->models);
-    http_client_free(s->http);
+    upstream_client_free(s->http);
+    engine_rundir_free(s->run);
     struct event *evs[] = {s->starve_ev, s->queue_ev, s->memory_ev};
     for (size_t i = 0; i < sizeof evs / sizeof *evs; i++)
         if (evs[i])
@@ -1428,7 +1440,6 @@ tandem_err sched_add_model(struct sched *s, const struct sched_model_spec *spec,
     m->retry_ev = event_new(s->base, -1, 0, on_retry, m);
     m->crash_at = mem_calloc(s->p.max_restarts, sizeof *m->crash_at);
     snprintf(m->log_path, sizeof m->log_path, "%s/%s.log", s->log_dir, spec->name);
-    snprintf(m->slot_dir, sizeof m->slot_dir, "%s/%s.slots", s->log_dir, spec->name);
     struct stat st;
     m->file_bytes = stat(spec->path, &st) == 0 ? (uint64_t)st.st_size : 0;
     if (!m->name || !m->path || !m->extra || !m->timer || !m->load_ev || !m->retry_ev ||
@@ -1579,7 +1590,8 @@ static json_t *model_json(const struct smodel *m, int64_t now) {
                                         "host_bytes", (json_int_t)m->measured_host)
                             : json_null());
     json_object_set_new(j, "pid", m->child ? json_integer(engine_child_pid(m->child)) : json_null());
-    json_object_set_new(j, "port", m->child ? json_integer(engine_child_port(m->child)) : json_null());
+    json_object_set_new(j, "socket",
+                        m->child ? json_string(engine_child_socket(m->child)) : json_null());
     json_object_set_new(j, "slots", json_integer(m->settings.parallel));
     json_object_set_new(j, "determinism",
                         json_string(m->settings.parallel == 1 ? "strict" : "relaxed"));
@@ -1624,7 +1636,7 @@ static json_t *devices_json(const struct sched *s, const struct usage *used) {
     return a;
 }
 
-struct http_client *sched_engine_client(struct sched *s) { return s->http; }
+struct upstream_client *sched_engine_client(struct sched *s) { return s->http; }
 
 void sched_slots(const struct sched *s, uint32_t *busy, uint32_t *total) {
     *busy = *total = 0;

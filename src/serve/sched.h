@@ -9,7 +9,7 @@
  * A request is a job: it is admitted into one bounded queue (a full queue is
  * refused), waits until its model is resident with a free slot (loading it
  * on demand, evicting idle models when memory is short), is handed the
- * engine's port, and ends when its owner calls sched_job_done, or when the
+ * engine's unix socket, and ends when its owner calls sched_job_done, or when the
  * scheduler fails it (deadline, engine crash) through its fail callback.
  * Jobs for the resident model are grouped so that two alternating clients do
  * not force a swap per request, within a bound (scheduling.group_limit and
@@ -88,7 +88,8 @@ struct sched_timing {
 };
 
 /* How a job's owner learns what happened. start is called when the job may
- * use the engine at 127.0.0.1:port: once, or once more after retry. fail is
+ * use the engine listening on the unix socket at socket_path (borrowed for
+ * the call; upstream_start copies it): once, or once more after retry. fail is
  * called at most once, when the scheduler ends the job (status 502
  * `engine_failed`, 503 shutting down or model unusable or failed, 504
  * deadline, with type and message for the error body); the job is freed
@@ -102,7 +103,7 @@ struct sched_timing {
  * owner drops its engine request and waits for start again. Without retry
  * (a generation, a stream), an engine failure fails the job with 502. */
 struct sched_job_ops {
-    void (*start)(struct sched_job *job, uint16_t port, void *user);
+    void (*start)(struct sched_job *job, const char *socket_path, void *user);
     void (*fail)(struct sched_job *job, int status, const char *type, const char *message,
                  void *user);
     void (*retry)(struct sched_job *job, void *user);
@@ -223,13 +224,14 @@ void sched_model_counts(const struct sched *s, size_t index, struct sched_counts
 /* The connection pool to the engines (owned by s, valid until sched_free).
  * Every exchange with a local engine goes through it, so that an engine's
  * pooled connections are freed when the engine goes. */
-struct http_client *sched_engine_client(struct sched *s);
+struct upstream_client; /* serve/upstream.h */
+struct upstream_client *sched_engine_client(struct sched *s);
 
 /* Engine slots of the resident models: *busy running a job, *total in all. */
 void sched_slots(const struct sched *s, uint32_t *busy, uint32_t *total);
 
 /* The scheduler's state as JSON (new reference): budget and use, the queue,
- * and per model its state, footprint, pid, port, jobs and counts. NULL on OOM. */
+ * and per model its state, footprint, pid, socket, jobs and counts. NULL on OOM. */
 json_t *sched_status_json(const struct sched *s);
 
 /* Memory now, planned against measured (the `memory` event; docs/serve.md,

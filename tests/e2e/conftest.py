@@ -105,6 +105,31 @@ def http(method, url, body=None, timeout=30):
         return status, raw.decode(errors="replace")
 
 
+def http_unix(method, socket_path, path, body=None, timeout=30):
+    """(status, parsed JSON or text) for one request to a server on a unix socket
+    (an engine in tandem's run folder); raises OSError when it cannot connect."""
+    import http.client
+
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(str(socket_path))
+
+    conn = UnixConnection("localhost", timeout=timeout)
+    try:
+        data = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, data, {"Content-Type": "application/json"} if data else {})
+        r = conn.getresponse()
+        raw = r.read()
+        try:
+            return r.status, json.loads(raw)
+        except ValueError:
+            return r.status, raw.decode(errors="replace")
+    finally:
+        conn.close()
+
+
 class LlamaServer:
     """One real llama-server child on a free loopback port, started from an argv
     list (no shell), with its log captured to a file."""

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODELS, PINS, fixture_path, http
+from conftest import MODELS, PINS, fixture_path, http_unix
 
 NOUL = {"state": "The disk is 97% full and the nightly backup failed.",
         "questions": {"urgent": {"type": "noul", "instructions": "Does this need action today?"}}}
 
 
 class Run:
-    """`tandem run MODEL ...` in the background, until it prints its URL."""
+    """`tandem run MODEL ...` in the background, until it prints its socket."""
 
     def __init__(self, tandem_bin, model, tmp_path, *args):
         self.log = tmp_path / "engine.log"
@@ -32,7 +32,9 @@ class Run:
         if not line.startswith("ready: "):
             self.proc.kill()
             raise AssertionError(f"no ready line: {line!r} {self.proc.stderr.read()}")
-        _, self.url, _, pid, _, _ = line.split()
+        _, where, _, pid, _, _ = line.split()
+        assert where.startswith("unix:"), line
+        self.socket = Path(where[len("unix:"):])
         self.pid = int(pid)
 
     def argv(self):
@@ -64,8 +66,11 @@ def test_runs_answers_records_and_stops_on_sigterm(tandem_bin, tmp_path):
         assert flag in argv, argv
     assert argv[argv.index(b"-c") + 1] == b"2048" and argv[argv.index(b"-ngl") + 1] == b"0"
     assert b"--embeddings" not in argv and b"--pooling" not in argv
-    status, body = http("POST", run.url + "/v1/systemone", NOUL)
+    status, body = http_unix("POST", run.socket, "/v1/systemone", NOUL)
     assert status == 200 and 0 <= body["answers"]["urgent"]["noul"] <= 1, body
+    # a unix socket in a private folder, and no TCP port at all
+    assert b"--port" not in argv and argv[argv.index(b"--host") + 1] == bytes(run.socket)
+    assert run.socket.is_socket() and (run.socket.parent.stat().st_mode & 0o777) == 0o700
     # the footprint of exactly this run is in the cache now
     plan = json.loads(subprocess.run([str(tandem_bin), "plan", str(model), "--cpu", "--ctx", "2048",
                                       "--json"], capture_output=True, text=True, check=True).stdout)
@@ -74,6 +79,7 @@ def test_runs_answers_records_and_stops_on_sigterm(tandem_bin, tmp_path):
     rc, err = run.finish()
     assert rc == 0, err
     assert "stopping llama-server" in err and gone(run.pid)
+    assert not run.socket.parent.exists(), "the run folder outlived tandem run"
 
 
 def test_encoder_runs_at_its_window(tandem_bin, tmp_path):
@@ -81,7 +87,7 @@ def test_encoder_runs_at_its_window(tandem_bin, tmp_path):
     argv = run.argv()
     ctx = argv[argv.index(b"-c") + 1]
     assert argv[argv.index(b"-b") + 1] == ctx == argv[argv.index(b"-ub") + 1]
-    status, body = http("POST", run.url + "/v1/systemone", NOUL)
+    status, body = http_unix("POST", run.socket, "/v1/systemone", NOUL)
     assert status == 200, body
     run.proc.send_signal(signal.SIGINT)
     assert run.finish()[0] == 0

@@ -1,13 +1,213 @@
-"""Real attacks on tandem from a second local user (uid 65534, `nobody`,
-through setpriv), and from the process list and the environment
-(docs/security.md)."""
+"""Attacks on tandem from another local user (issue 38), run for real as uid
+65534 (`setpriv`, the tests run as root). Each test names the attack it
+makes; a shared fixture at the top starts a daemon with its model loaded.
+
+Engines (What to build 1): every engine listens only on a unix socket in a
+private 0700 run folder, with its slot folder there too; no engine has a TCP
+port, so there is no port to reach, guess or take first.
+
+Private daemons (What to build 2): a forged readiness on the abstract notify
+socket of `tandem decide --private` is ignored."""
 import json
+import os
+import re
 import signal
+import socket
 import subprocess
+import sys
+from pathlib import Path
 
+import pytest
+
+from conftest import http_unix
 from test_pipeline import REQUEST, config as pipeline_config
+from test_serve import A, choice, config
 
-AS_NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+
+
+def as_nobody(code, timeout=60):
+    """Runs Python code as uid 65534; returns (exit status, stdout, stderr)."""
+    p = subprocess.run(NOBODY + [sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=timeout)
+    return p.returncode, p.stdout.strip(), p.stderr
+
+
+def listening_tcp_inodes():
+    """Socket inodes in TCP LISTEN state (0A), IPv4 and IPv6, from /proc/net."""
+    inodes = set()
+    for name in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A":
+                inodes.add(f[9])
+    return inodes
+
+
+def socket_inodes(pid):
+    out = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            m = re.fullmatch(r"socket:\[(\d+)\]", os.readlink(fd))
+        except OSError:
+            continue
+        if m:
+            out.add(m.group(1))
+    return out
+
+
+def engine_argv(pid):
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+
+
+# the daemon's engines go under /tmp, where uid 65534 can create files too
+PLAIN_TMP = {"XDG_RUNTIME_DIR": "", "TMPDIR": "/tmp"}
+
+
+@pytest.fixture
+def loaded(serve_factory):
+    """A daemon serving the fixture model A, loaded by one answered request;
+    returns (daemon, engine pid, engine socket path)."""
+    s = serve_factory(config(), env=PLAIN_TMP)
+    status, body, _ = s.systemone(choice("Disk 97% full; backup failed."))
+    assert status == 200, body
+    m = s.model(A)
+    assert m["state"] == "resident" and m["socket"], m
+    return s, m["pid"], Path(m["socket"])
+
+
+# --- the engine reached directly ---------------------------------------------------------------
+
+def test_engine_socket_is_private_to_tandems_user(loaded):
+    s, pid, sock = loaded
+    run = sock.parent
+    assert sock.is_socket() and run.name.startswith("tandem-")
+    st = run.stat()
+    assert st.st_uid == os.geteuid() and (st.st_mode & 0o777) == 0o700, oct(st.st_mode)
+    # tandem's own user reaches the engine: the socket is live, so the refusals below mean
+    # something
+    assert http_unix("GET", sock, "/health")[0] == 200
+    # uid 65534 cannot connect (GET /props, POST /completion, slot saves all need that)
+    rc, out, err = as_nobody(f"""
+import errno, socket
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect({str(sock)!r})
+    s.sendall(b'GET /props HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')
+    print('connected', s.recv(64))
+except OSError as e:
+    print(errno.errorcode[e.errno])
+""")
+    assert out == "EACCES", (out, err)
+    # nor list the run folder, nor put anything in it
+    rc, out, err = as_nobody(f"""
+import errno, os
+for what in (lambda: os.listdir({str(run)!r}),
+             lambda: open({str(run / 'x')!r}, 'w'),
+             lambda: os.mkdir({str(run / 'y')!r})):
+    try:
+        what()
+        print('allowed')
+    except OSError as e:
+        print(errno.errorcode[e.errno])
+""")
+    assert out.split() == ["EACCES"] * 3, (out, err)
+
+
+def test_slot_files_cannot_be_written_through_the_engine(loaded):
+    s, pid, sock = loaded
+    argv = engine_argv(pid)
+    slots = Path(argv[argv.index(b"--slot-save-path") + 1].decode())
+    # the slot folder is inside the private run folder, not beside the model
+    assert slots.parent == sock.parent and (slots.stat().st_mode & 0o777) == 0o700
+    rc, out, err = as_nobody(f"""
+import errno, json, socket
+body = json.dumps({{"filename": "big.bin"}}).encode()
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect({str(sock)!r})
+    s.sendall(b'POST /slots/0?action=save HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\n'
+              b'Content-Length: %d\\r\\n\\r\\n' % len(body) + body)
+    print('sent', s.recv(64))
+except OSError as e:
+    print(errno.errorcode[e.errno])
+""")
+    assert out == "EACCES", (out, err)
+    assert list(slots.iterdir()) == []
+
+
+def test_no_engine_listens_on_a_tcp_port(loaded):
+    s, pid, sock = loaded
+    listening = listening_tcp_inodes()
+    # the detector finds the daemon's own TCP listener (so it can find an engine's)
+    assert socket_inodes(s.proc.pid) & listening, "the daemon's listener was not found"
+    assert not socket_inodes(pid) & listening, "the engine has a listening TCP socket"
+    argv = engine_argv(pid)
+    assert b"--port" not in argv
+    assert argv[argv.index(b"--host") + 1] == bytes(sock)
+    assert argv[argv.index(b"--cors-origins") + 1] == b"none" and b"--no-cors-credentials" in argv
+
+
+# --- the port bound first -----------------------------------------------------------------------
+
+SQUAT = """
+import os, socket, sys, time
+held = []
+for port in range(%(lo)d, %(hi)d):      # loopback ports an engine could have been given
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        s.listen(1)
+        held.append(s)
+    except OSError:
+        s.close()
+for i in range(200):                     # names like a run folder's, files and open folders
+    name = "/tmp/tandem-sq%%04d" %% i
+    try:
+        if i %% 2:
+            open(name, "w").close()
+        else:
+            os.mkdir(name, 0o777)
+    except OSError:
+        pass
+print(len(held), flush=True)
+time.sleep(600)
+"""
+
+
+def test_squatted_ports_and_names_do_not_stop_the_engines(serve_factory):
+    lo, hi = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    hi = min(hi, lo + 800)
+    squatter = subprocess.Popen(NOBODY + [sys.executable, "-c", SQUAT % {"lo": lo, "hi": hi}],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        held = int(squatter.stdout.readline())
+        assert held > 100, f"the squatter holds only {held} ports"
+        s = serve_factory(config(), env=PLAIN_TMP)
+        status, body, _ = s.systemone(choice("Disk 97% full; backup failed."))
+        assert status == 200, (body, s.log()[-2000:])
+        m = s.model(A)
+        assert m["state"] == "resident" and m["loads"] == 1, m
+        assert not Path(m["socket"]).parent.name.startswith("tandem-sq")
+    finally:
+        squatter.kill()
+        squatter.wait()
+        for i in range(200):
+            p = Path(f"/tmp/tandem-sq{i:04d}")
+            if p.is_dir():
+                p.rmdir()
+            elif p.exists():
+                p.unlink()
+
+
+def test_the_run_folder_goes_with_the_daemon(serve_factory):
+    s = serve_factory(config(), env=PLAIN_TMP)
+    assert s.systemone(choice("Disk 97% full; backup failed."))[0] == 200
+    run = Path(s.model(A)["socket"]).parent
+    assert run.is_dir()
+    assert s.stop() == 0
+    assert not run.exists(), "the run folder outlived the daemon"
+
 
 # --- forged readiness of a private daemon ---------------------------------------------------------
 
@@ -66,7 +266,7 @@ def test_forged_readiness_of_a_private_daemon_is_ignored(tandem_bin, tmp_path):
                    + pipeline_config())
     req = tmp_path / "req.json"
     req.write_text(json.dumps({**REQUEST, "state": REQUEST["state"] + " " + secret}))
-    forger = subprocess.Popen([*AS_NOBODY, "/usr/bin/python3", "-c", FORGER, "600"],
+    forger = subprocess.Popen([*NOBODY, "/usr/bin/python3", "-c", FORGER, "600"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/")
     try:
         port = int(forger.stdout.readline())
