@@ -124,7 +124,7 @@ struct http_conn {
     size_t out_len, out_off;
     struct event *out_ev;                /* sends them when the socket takes more */
     uint64_t deadline_ms;                /* monotonic: reading must be over by then; 0 = none */
-    uint64_t idle_since_ms;              /* when the last answer was written */
+    uint64_t idle_since;                 /* which answer of the server's was its last */
     bool served;                         /* an answer was written on it */
     bool over;                           /* accepted past max_connections */
     bool freeing;                        /* we free evcon: its requests go with it */
@@ -142,6 +142,7 @@ struct http_server {
     struct event *sweep;  /* checks the read deadlines */
     struct event *resume; /* accepts again after a pause */
     uint32_t n_conns, n_pending;
+    uint64_t answers;        /* written so far: orders idle connections by age */
     uint32_t pause_ms;       /* the accept pause now; 0 = accepting */
     uint64_t pauses_unlogged; /* accept pauses since the last line logged */
     int64_t logged_ms;        /* when that line was logged */
@@ -278,7 +279,7 @@ static bool evict_idle(struct http_server *s, const struct http_conn *keep) {
     struct http_conn *oldest = NULL;
     for (struct http_conn *c = s->conns; c; c = c->next)
         if (c != keep && c->evcon && c->phase == PHASE_HEAD && c->served && !c->head_len &&
-            (!oldest || c->idle_since_ms < oldest->idle_since_ms))
+            (!oldest || c->idle_since < oldest->idle_since))
             oldest = c;
     if (!oldest)
         return false;
@@ -552,7 +553,7 @@ static void on_answer_sent(struct evhttp_request *req, void *arg) {
     evhttp_connection_set_timeout_tv(c->evcon, &tv);
     c->phase = PHASE_HEAD;
     c->served = true;
-    c->idle_since_ms = now;
+    c->idle_since = ++c->server->answers;
     c->deadline_ms = now + (uint64_t)(l->idle_timeout_ms + l->header_timeout_ms);
     arm_sweep(c->server);
     struct evbuffer *in = bufferevent_get_input(c->bev);
