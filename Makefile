@@ -45,7 +45,7 @@ help:
 	@echo "make layers     check that no include in src/ goes up a layer (docs/architecture.md, Layers)"
 	@echo "make run        install, build, run the decide-then-verify demo (examples/demo.yaml)"
 	@echo "make asan       unit tests, fuzz corpora, then the end-to-end suite, under AddressSanitizer + UBSan"
-	@echo "make fuzz       fuzz the GGUF reader, config loader, System One checks, templates, HTTP router"
+	@echo "make fuzz       fuzz the GGUF reader, config loader, System One checks, templates, HTTP router and head parser"
 	@echo "                and MCP messages under ASan + UBSan, FUZZ_SECONDS (default 60) each"
 	@echo "                (FUZZ_TARGETS picks some)"
 	@echo "make fuzz-merge minimise the campaigns' corpora into tests/fuzz/corpus/<target>/"
@@ -123,8 +123,9 @@ $(eval $(call flavour,$(BUILD)/fuzz,$(FUZZ_FLAGS),clang))
 # --- fuzzing: libFuzzer + ASan + UBSan --------------------------------------------
 # One target per parser or boundary, tests/fuzz/fuzz_<name>.c: gguf (the GGUF
 # reader), config (tandem.yaml), s1 (the System One request checks), tmpl (the
-# template language), http (raw requests through the router, no socket), mcp
-# (MCP messages, tool results and the catalog, serve/mcp.c).
+# template language), http (raw requests through the router, no socket), head
+# (the server's request-head parser, serve/http_head.c), mcp (MCP messages,
+# tool results and the catalog, serve/mcp.c).
 # `make fuzz` runs each of FUZZ_TARGETS for FUZZ_SECONDS on its working corpus
 # build/fuzz/corpus/<name>/, starting from the checked-in corpus
 # tests/fuzz/corpus/<name>/ and the seeds tests/fuzz/make_seeds.py writes;
@@ -133,7 +134,7 @@ $(eval $(call flavour,$(BUILD)/fuzz,$(FUZZ_FLAGS),clang))
 # `make test` (fuzz-replay) and `make asan` replay without clang: the target
 # linked with the plain main() of tests/fuzz/replay.c.
 FUZZ_SECONDS ?= 60
-FUZZ_NAMES   := gguf config s1 tmpl http mcp
+FUZZ_NAMES   := gguf config s1 tmpl http head mcp
 FUZZ_TARGETS ?= $(FUZZ_NAMES)
 FUZZ_LIB_OBJ = $(filter-out $(BUILD)/fuzz/obj/cli/%,$(SRC:src/%.c=$(BUILD)/fuzz/obj/%.o))
 # Longest input per target: a GGUF header with its first tensors; a request

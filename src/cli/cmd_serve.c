@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -380,12 +381,38 @@ static struct api_params api_params(struct serve *sv) {
                                .events = sv->events, .base = sv->base};
 }
 
-static struct http_server_params server_params(const struct config *cfg) {
+/* The server's head hook: the api's check, before a body is read. */
+static int check_head(void *api, const char *method, const char *target,
+                      const struct evkeyvalq *headers, char *body, size_t cap) {
+    return api_check_head(api, method, target, headers, body, cap);
+}
+
+static struct http_server_params server_params(const struct serve *sv, const struct config *cfg) {
     return (struct http_server_params){.host = cfg->listen_host, .port = cfg->listen_port,
                                        .max_body_bytes = cfg->max_body_bytes,
                                        .header_timeout_ms = cfg->header_timeout_ms,
                                        .idle_timeout_ms = cfg->idle_timeout_ms,
-                                       .max_connections = cfg->max_connections};
+                                       .max_connections = cfg->max_connections,
+                                       .head = check_head, .head_user = sv->api};
+}
+
+/* Raises the soft descriptor limit to the hard one (each connection, engine
+ * and log holds descriptors; at the limit accepting pauses) and logs it. */
+static void raise_descriptor_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t want = rl.rlim_max;
+    if (rl.rlim_cur < want) {
+        struct rlimit up = {want, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl.rlim_cur = want;
+        else
+            fprintf(stderr, "tandem serve: cannot raise the descriptor limit to %llu: %s\n",
+                    (unsigned long long)want, strerror(errno));
+    }
+    fprintf(stderr, "tandem serve: descriptor limit %llu (RLIMIT_NOFILE)\n",
+            (unsigned long long)rl.rlim_cur);
 }
 
 static void on_drained(void *user) {
@@ -524,7 +551,7 @@ static bool apply_config(struct serve *sv, struct config *next) {
     sv->default_model = default_model_index(sv);
     struct api_params p = api_params(sv);
     api_set_params(sv->api, &p);
-    struct http_server_params hp = server_params(next);
+    struct http_server_params hp = server_params(sv, next);
     http_server_set_limits(sv->server, &hp);
     events_set_max_clients(sv->events, next->max_event_clients);
     return true;
@@ -638,6 +665,7 @@ static int run(struct serve *sv, const struct sched_model_spec *specs) {
     char err[512];
     struct events_params evp = events_default_params();
     evp.max_clients = sv->cfg->max_event_clients;
+    raise_descriptor_limit();
     nvml_new(NULL, &sv->nvml, NULL, 0); /* no driver: no GPU gauges */
     if (!(sv->base = event_base_new()) || !(sv->metrics = prom_new()) ||
         !(sv->events = events_new(sv->base, &evp)) || open_outputs(sv))
@@ -652,7 +680,7 @@ static int run(struct serve *sv, const struct sched_model_spec *specs) {
     struct api_params ap = api_params(sv);
     if (!(sv->api = api_new(&ap)))
         return 1;
-    struct http_server_params hp = server_params(sv->cfg);
+    struct http_server_params hp = server_params(sv, sv->cfg);
     if (sv->listen_flag && units_parse_listen(sv->listen_flag, sv->cfg->listen_host,
                                               sizeof sv->cfg->listen_host, &hp.port) != TANDEM_OK) {
         fprintf(stderr, "tandem serve: --listen: expected ADDR:PORT, got '%s'\n", sv->listen_flag);

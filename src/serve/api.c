@@ -456,11 +456,12 @@ static void on_client_gone(void *arg) {
 
 /* --- authentication and body --------------------------------------------------------------- */
 
-static bool authorized(const struct api *a, const struct http_req *r) {
+/* Whether h, an Authorization header (NULL when absent), holds one of the
+ * config's keys, or the config has none. */
+static bool authorized(const struct api *a, const char *h) {
     const struct config *cfg = a->p.cfg;
     if (!cfg->n_api_keys)
         return true;
-    const char *h = http_req_header(r, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7))
         return false;
     char given[HASH_SHA256_HEX_LEN + 1], want[HASH_SHA256_HEX_LEN + 1];
@@ -1550,6 +1551,40 @@ static void refuse_method(struct call *c, const struct route_def *route) {
     fail_call(c, 405, NULL, msg, NULL, NULL);
 }
 
+int api_check_head(struct api *a, const char *method, const char *target,
+                   const struct evkeyvalq *headers, char *body, size_t cap) {
+    (void)method;
+    char *path = http_target_path(target);
+    const struct route_def *route = path ? route_of(path) : NULL;
+    free(path);
+    if (!needs_key(a, route ? route->r : R_OTHER) ||
+        authorized(a, evhttp_find_header(headers, "Authorization")))
+        return 0;
+    json_t *err = s1_error_body(401, NULL, "a valid API key is required: Authorization: Bearer "
+                                "<key>", NULL);
+    char *text = err ? json_dumps(err, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    snprintf(body, cap, "%s", text ? text : "{}");
+    free(text);
+    json_decref(err);
+    return 401;
+}
+
+/* Answers c with what api_check_head refused it with: status and the JSON
+ * body it wrote. */
+static void refuse_head(struct call *c, int status, const char *body) {
+    json_error_t jerr;
+    json_t *parsed = json_loads(body, 0, &jerr);
+    const char *msg = json_string_value(json_object_get(json_object_get(parsed, "error"),
+                                                       "message"));
+    if (status == 401)
+        http_req_add_header(c->r, "WWW-Authenticate", "Bearer");
+    add_common_headers(c);
+    http_req_reply(c->r, status, "application/json", body, strlen(body));
+    c->answered = true;
+    finish(c, status, msg ? msg : "refused");
+    json_decref(parsed);
+}
+
 /* The answer when there is no memory for a call: tandem's error shape, built
  * without allocating. */
 static const char out_of_memory[] =
@@ -1570,12 +1605,11 @@ void api_handle(struct http_req *r, void *user) {
     c->route = route ? route->r : R_OTHER;
     c->method = http_req_method_name(r);
     http_req_on_gone(r, on_client_gone, c);
-    if (http_req_over_connection_limit(r)) {
-        fail_call(c, 503, "unavailable_error", "too many connections (limits.max_connections)",
-                  NULL, NULL);
-    } else if (needs_key(a, c->route) && !authorized(a, r)) {
-        fail_call(c, 401, NULL, "a valid API key is required: Authorization: Bearer <key>", NULL,
-                  NULL);
+    char refusal[2048];
+    int refused = api_check_head(a, c->method, http_req_uri(r), http_req_headers(r), refusal,
+                                 sizeof refusal);
+    if (refused) {
+        refuse_head(c, refused, refusal);
     } else if (!route) {
         char msg[300];
         snprintf(msg, sizeof msg, "no route %s %s", http_req_method_name(r), http_req_path(r));

@@ -103,8 +103,18 @@ struct api_route {
  * and returns how many there are. docs/openapi.yaml documents the same set. */
 size_t api_routes(struct api_route *out, size_t cap);
 
-/* The http handler: pass with the api as user. */
+/* The http handler: pass with the api as user. It checks each request with
+ * api_check_head first (a detached request has had no head check). */
 void api_handle(struct http_req *r, void *api);
+
+/* The server's head check (http_head_fn, with the api as user): whether a
+ * request may go on, judged from its request line and headers alone, before
+ * its body is read. Returns 0, or the status to refuse with (401: the
+ * route needs a key and Authorization: Bearer holds none of the config's),
+ * having written tandem's JSON error body into body[cap]. method and target
+ * are the request line's, headers the request's; all borrowed. */
+int api_check_head(struct api *a, const char *method, const char *target,
+                   const struct evkeyvalq *headers, char *body, size_t cap);
 
 /* Retries the audit log's waiting lines, if any, and publishes its health
  * (metrics, the stderr lines): the daemon calls it every second, so lines

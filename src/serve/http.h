@@ -3,7 +3,11 @@
  * Server side: one listener; each request is handed to the handler as a
  * struct http_req, which the handler answers later (whole or streamed) and
  * which is freed by that answer. The module enforces what libevent 2.1 does
- * not: a connection limit, a separate idle timeout between requests, and the
+ * not: a connection limit counted from accept (idle keep-alive connections
+ * closed first), a check of each request's head before its body is read
+ * (the head hook, which can refuse it: it then never reaches the handler),
+ * a total deadline to read a request and a separate idle timeout between
+ * requests, a pause in accepting when accept() fails (EMFILE), and the
  * detection of a client that hangs up while its answer is pending (libevent
  * stops reading once a request is in; tandem watches the socket itself).
  * A detached request is the same object without a connection: made from a
@@ -31,6 +35,15 @@ struct http_req;    /* opaque: one request awaiting its answer */
 
 typedef void (*http_handler_fn)(struct http_req *r, void *user);
 
+/* Called once a request's head (request line and headers) is in, before its body is read:
+ * return 0 to go on, else the status to refuse with, having written the JSON body into
+ * body[cap]; the server then answers that status itself (Connection: close), reads no body
+ * and never calls the handler for that request. method is the request line's (one evhttp
+ * knows), target its request-target as sent (see http_target_path), headers the head's in
+ * order; all borrowed for the call. A 401 gets WWW-Authenticate: Bearer. */
+typedef int (*http_head_fn)(void *user, const char *method, const char *target,
+                            const struct evkeyvalq *headers, char *body, size_t cap);
+
 struct http_server_params {
     const char *host;           /* address to bind, e.g. "127.0.0.1" */
     uint16_t port;              /* 0 = any free port (see http_server_port) */
@@ -39,7 +52,11 @@ struct http_server_params {
     int64_t header_timeout_ms;  /* total time to read a new connection's first request */
     int64_t idle_timeout_ms;    /* between requests on a kept-alive connection, where the
                                  * next one must be in within this + header_timeout_ms */
-    uint32_t max_connections;   /* connections with a request; more are answered 503 */
+    uint32_t max_connections;   /* open connections, counted from accept; past it the oldest
+                                 * idle keep-alive one is closed, and when none is idle the
+                                 * new one is answered 503 once its head is in */
+    http_head_fn head;          /* checks each head before its body is read; NULL = none */
+    void *head_user;            /* head's first argument */
 };
 
 /* Binds and starts serving on base (borrowed). Every request goes to fn.
@@ -60,7 +77,8 @@ uint16_t http_server_port(const struct http_server *s);
 /* Stops accepting new connections (drain); existing ones finish. */
 void http_server_stop_accepting(struct http_server *s);
 
-/* Updates the limits (a reload): body size, timeouts, connection limit. */
+/* Updates the limits (a reload): body size, timeouts, connection limit, and
+ * the head hook (p's replaces the old one). */
 void http_server_set_limits(struct http_server *s, const struct http_server_params *p);
 
 /* Requests received and not yet answered. */
@@ -76,12 +94,17 @@ const char *http_req_path(const struct http_req *r);
 const char *http_req_uri(const struct http_req *r);
 /* A request header (case-insensitive name), or NULL. Borrowed. */
 const char *http_req_header(const struct http_req *r, const char *name);
+/* Every request header, in order (an empty list once its connection is
+ * gone). Borrowed. */
+const struct evkeyvalq *http_req_headers(const struct http_req *r);
+/* The decoded path of a request-target, without its query ("/" when it has
+ * none), as http_req_path gives it; NULL when the target does not parse (or
+ * on OOM). The caller frees it with free(). */
+char *http_target_path(const char *target);
 /* The body, NUL-terminated for convenience; *len gets its length. Borrowed. */
 const char *http_req_body(struct http_req *r, size_t *len);
 /* Whether the body exceeded max_body_bytes. */
 bool http_req_body_too_big(const struct http_req *r);
-/* Whether the connection is over the connection limit (answer 503). */
-bool http_req_over_connection_limit(const struct http_req *r);
 /* Whether the client has gone (its answer will be discarded). */
 bool http_req_gone(const struct http_req *r);
 
@@ -136,8 +159,8 @@ struct http_detached_params {
  * no socket). Every http_req_ function behaves as for the request libevent
  * would have parsed from the same request line, headers and body, except
  * that the answer goes to p->reply (a stream's chunks joined, at its end)
- * instead of a socket, and that the request is never over the connection
- * limit nor gone. Its answer frees it, as on the server. On TANDEM_OK *out is
+ * instead of a socket, that no head hook judges it, and that it is never
+ * gone. Its answer frees it, as on the server. On TANDEM_OK *out is
  * the request; else *out is NULL: TANDEM_ERR_FORMAT when p->uri is not a
  * request-target libevent accepts (it answers 400 before any handler) or a
  * header is one evhttp_add_header refuses (a line break in it),

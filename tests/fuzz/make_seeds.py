@@ -11,6 +11,8 @@ tmpl: the texts of tests/data/tmpl/compile.jsonl.
 http: raw HTTP/1.1 requests, valid and invalid, for every route of
 tests/fuzz/fuzz_http.c's daemon (its models decider, verifier and writer,
 pipeline decide, key fuzz-key), and every s1 body as a POST /v1/systemone.
+head: the http seeds, and heads at the edges of tests/fuzz/fuzz_head.c's
+parser (bare LF lines, folded lines, control bytes, odd request lines).
 mcp: MCP messages for tests/fuzz/fuzz_mcp.c's session (pipeline decide,
 decision models decider and verifier): the handshake at each revision,
 tools/list, tools/call of each tool (each with the route's answer as more
@@ -375,6 +377,28 @@ def mcp_seeds(out):
         (out / f"{name}.txt").write_bytes(data)
 
 
+def head_seeds(out):
+    http_seeds(out)
+    edges = {
+        "bare-lf": b"GET /livez HTTP/1.1\nHost: a\n\nBODY",
+        "mixed-eol": b"POST /v1/x HTTP/1.0\r\nA: b\n\r\n",
+        "folded": b"GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n",
+        "lone-cr": b"GET / HTTP/1.1\r\nA: b\rc\r\n\r\n",
+        "nul": b"GET / HTTP/1.1\r\nAuthorization: Bearer k\x00x\r\n\r\n",
+        "tab-value": b"GET / HTTP/1.1\r\nA:\tb \t\r\n\r\n",
+        "space-name": b"GET / HTTP/1.1\r\nA : b\r\n\r\n",
+        "two-spaces": b"GET  / HTTP/1.1\r\n\r\n",
+        "unknown-method": b"BREW /pot HTTP/1.1\r\n\r\n",
+        "http2": b"GET / HTTP/2.0\r\n\r\n",
+        "empty-first": b"\r\nGET / HTTP/1.1\r\n\r\n",
+        "pipelined": b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n",
+        "bad-uri": b"GET http://[::1/ HTTP/1.1\r\n\r\n",
+        "long": b"GET / HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 70000 + b"\r\n\r\n",
+    }
+    for name, raw in edges.items():
+        (out / f"edge-{name}.http").write_bytes(raw)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
@@ -382,7 +406,7 @@ def main():
     args = ap.parse_args()
     root = Path(args.dir)
     writers = {"gguf": lambda d: gguf_seeds(d, args.max_len), "config": config_seeds,
-               "s1": s1_seeds, "tmpl": tmpl_seeds, "http": http_seeds, "mcp": mcp_seeds}
+               "s1": s1_seeds, "tmpl": tmpl_seeds, "http": http_seeds, "head": head_seeds, "mcp": mcp_seeds}
     for target, write in writers.items():
         out = root / target
         if out.exists():
