@@ -76,7 +76,7 @@ static char *child_environment(char *const *env, char *buf, size_t cap) {
     char *argv[] = {"/usr/bin/env", NULL};
     struct engine_child *c = NULL;
     char err[256] = "";
-    cr_assert_eq(engine_child_spawn(argv, env, log, 1, &c, err, sizeof err), TANDEM_OK, "%s", err);
+    cr_assert_eq(engine_child_spawn(argv, env, log, SOCK, &c, err, sizeof err), TANDEM_OK, "%s", err);
     struct pollfd p = {.fd = engine_child_exit_fd(c), .events = POLLIN};
     cr_assert_eq(poll(&p, 1, 5000), 1, "env did not exit");
     bool exited = false;
