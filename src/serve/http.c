@@ -379,6 +379,8 @@ const char *http_req_header(const struct http_req *r, const char *name) {
     return h ? evhttp_find_header(h, name) : NULL;
 }
 
+const struct evkeyvalq *http_req_headers(const struct http_req *r) { return in_headers(r); }
+
 const char *http_req_body(struct http_req *r, size_t *len) {
     *len = r->body_len;
     return r->body ? r->body : "";

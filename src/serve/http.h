@@ -77,6 +77,9 @@ const char *http_req_path(const struct http_req *r);
 const char *http_req_uri(const struct http_req *r);
 /* A request header (case-insensitive name), or NULL. Borrowed. */
 const char *http_req_header(const struct http_req *r, const char *name);
+/* All the request headers (borrowed, valid while r is), or NULL once the client's
+ * connection is gone. */
+const struct evkeyvalq *http_req_headers(const struct http_req *r);
 /* The body, NUL-terminated for convenience; *len gets its length. Borrowed. */
 const char *http_req_body(struct http_req *r, size_t *len);
 /* Whether the body exceeded max_body_bytes. */
