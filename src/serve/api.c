@@ -1,12 +1,14 @@
 /* api.c: routes, validation and passthrough for `tandem serve`.
  *
- * A request becomes a call: authenticated (bearer keys compared as SHA-256
- * digests with CRYPTO_memcmp, so neither content nor length leaks through
- * timing), its body decoded (identity or zstd) and checked against the size
+ * A request becomes a call: its head checked (api_check_head: the path, Host,
+ * Origin, Content-Type, then the bearer key, compared as SHA-256 digests with
+ * CRYPTO_memcmp, so neither content nor length leaks through timing), its
+ * body decoded (identity or zstd) and checked against the size
  * limit, parsed, validated (System One requests against the contract, so an
  * error names the field before any engine is involved), routed to a model,
  * and submitted to the scheduler with its deadline. When the scheduler
- * hands it an engine port the original body is forwarded unchanged; the
+ * hands it an engine port the original body is forwarded unchanged, to the
+ * route's own path (never the raw request-target); the
  * answer is passed through unchanged on success (server-sent events chunk by
  * chunk, as they arrive), and engine errors are rewritten into tandem's one
  * error shape with the engine's status, message and every other member of
@@ -459,7 +461,6 @@ static void on_client_gone(void *arg) {
     finish(c, 499, "client closed the connection");
 }
 
-
 /* --- body ---------------------------------------------------------------------------------- */
 
 /* Decodes a zstd body into c->body, refusing more than max bytes. Returns
@@ -742,9 +743,11 @@ static void on_job_start(struct sched_job *job, uint16_t port, void *user) {
     c->attempts++;
     bool stream = json_is_true(json_object_get(c->request, "stream"));
     char *target = forward_target(c->r);
-    c->up = !target ? NULL : http_upstream_start(c->api->p.engines, port, EVHTTP_REQ_POST, target,
-                                "application/json", c->body, c->body_len, NULL, forward_headers,
-                                stream ? &engine_stream_ops : &engine_ops, c);
+    c->up = !target ? NULL
+                    : http_upstream_start(c->api->p.engines, port, EVHTTP_REQ_POST, target,
+                                          "application/json", c->body, c->body_len, NULL,
+                                          forward_headers,
+                                          stream ? &engine_stream_ops : &engine_ops, c);
     free(target);
     if (!c->up)
         sched_job_upstream_failed(c->job, "cannot connect to the engine");
