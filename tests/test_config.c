@@ -100,8 +100,11 @@ Test(config, defaults_are_filled) {
     cr_expect(c->node_id[0] && !strchr(c->node_id, ' '));
     cr_expect(!c->metrics_vllm && !c->metrics_require_key);
     cr_expect(!c->mcp_http); /* POST /mcp is off unless asked for */
-    cr_expect_null(c->mcp_origins);
-    cr_expect_eq(c->n_mcp_origins, 0);
+    cr_expect_null(c->allowed_hosts);
+    cr_expect_eq(c->n_allowed_hosts, 0);
+    cr_expect_null(c->allowed_origins);
+    cr_expect_eq(c->n_allowed_origins, 0);
+    cr_expect_eq(c->n_warnings, 0);
     config_free(c);
 }
 
@@ -292,14 +295,18 @@ Test(config, mcp_section) {
                                  "    - 'http://[::1]:5173'\n"
                                  "models:\n  kev: {path: model.gguf}\n");
     cr_expect(c->mcp_http);
-    cr_assert_eq(c->n_mcp_origins, 3);
-    cr_expect_str_eq(c->mcp_origins[0], "https://app.example"); /* as browsers send it */
-    cr_expect_str_eq(c->mcp_origins[1], "http://localhost:3000");
-    cr_expect_str_eq(c->mcp_origins[2], "http://[::1]:5173");
+    cr_assert_eq(c->n_allowed_origins, 3); /* the deprecated key feeds the one list */
+    cr_expect_str_eq(c->allowed_origins[0], "https://app.example"); /* as browsers send it */
+    cr_expect_str_eq(c->allowed_origins[1], "http://localhost:3000");
+    cr_expect_str_eq(c->allowed_origins[2], "http://[::1]:5173");
+    cr_assert_eq(c->n_warnings, 1);
+    cr_expect_str_eq(c->warnings[0], DIR_ "/inline.yaml:4: mcp.allowed_origins: deprecated: use "
+                     "the top-level allowed_origins, which every route checks (these origins "
+                     "are added to it)");
     config_free(c);
     c = load_text("mcp: {http: off, allowed_origins: []}\nmodels:\n  kev: {path: model.gguf}\n");
     cr_expect(!c->mcp_http);
-    cr_expect_eq(c->n_mcp_origins, 0);
+    cr_expect_eq(c->n_allowed_origins, 0);
     config_free(c);
     expect_load_error("mcp: {allowed_origins: https://app.example}\n"
                       "models:\n  kev: {path: model.gguf}\n",
@@ -308,6 +315,59 @@ Test(config, mcp_section) {
                       "models:\n  kev: {path: model.gguf}\n",
                       DIR_ "/inline.yaml:1: mcp.allowed_origins[0]: \"https://app.example/\": an "
                            "origin is http(s)://host[:port], with nothing after the host or port");
+}
+
+/* allowed_hosts and allowed_origins (docs/serve.md, "Hosts and origins"): lowercased,
+ * merged with the deprecated mcp.allowed_origins, each bad entry named with its line. */
+Test(config, hosts_and_origins) {
+    struct config *c = load_text("allowed_hosts: [Tandem.Example, 10.0.0.5, '[fd00::1]', '*']\n"
+                                 "allowed_origins: [https://App.Example:8443]\n"
+                                 "mcp:\n  allowed_origins: [http://agent.example]\n"
+                                 "models:\n  kev: {path: model.gguf}\n");
+    cr_assert_eq(c->n_allowed_hosts, 4);
+    cr_expect_str_eq(c->allowed_hosts[0], "tandem.example");
+    cr_expect_str_eq(c->allowed_hosts[1], "10.0.0.5");
+    cr_expect_str_eq(c->allowed_hosts[2], "[fd00::1]");
+    cr_expect_str_eq(c->allowed_hosts[3], "*");
+    cr_assert_eq(c->n_allowed_origins, 2);
+    cr_expect_str_eq(c->allowed_origins[0], "https://app.example:8443");
+    cr_expect_str_eq(c->allowed_origins[1], "http://agent.example");
+    cr_expect_null(c->allowed_origins[2]);
+    cr_expect_eq(c->n_warnings, 1);
+    config_free(c);
+    static const struct { const char *yaml, *err; } bad[] = {
+        {"allowed_hosts: tandem.example\n", ":1: allowed_hosts: expected a list"},
+        {"allowed_hosts:\n  - ok.example\n  - tandem.example:8090\n",
+         ":3: allowed_hosts[1]: \"tandem.example:8090\": expected a host name without scheme, "
+         "port or path (\"tandem.example\", \"10.0.0.5\", \"[fd00::1]\"), or \"*\" for any"},
+        {"allowed_hosts: ['http://tandem.example']\n",
+         ":1: allowed_hosts[0]: \"http://tandem.example\": expected a host name without scheme"},
+        {"allowed_hosts: ['tandem.example/ui']\n", ":1: allowed_hosts[0]: \"tandem.example/ui\""},
+        {"allowed_hosts: ['']\n", ":1: allowed_hosts[0]: \"\": expected a host name"},
+        {"allowed_hosts: ['[fd00::1']\n", ":1: allowed_hosts[0]: \"[fd00::1\": expected"},
+        {"allowed_origins: ['https://app.example/path']\n",
+         ":1: allowed_origins[0]: \"https://app.example/path\": an origin is http(s)://host[:port], "
+         "with nothing after the host or port"},
+        {"allowed_origins: ['*']\n", ":1: allowed_origins[0]: \"*\": expected http:// or https://"},
+        {"allowed_origins: ['null']\n", ":1: allowed_origins[0]: \"null\": expected http://"},
+        {"allowed_origins: [app.example]\n",
+         ":1: allowed_origins[0]: \"app.example\": expected http:// or https://"},
+        {"allowed_origins:\n  - http://a.example\n  - 'http://user@b.example'\n",
+         ":3: allowed_origins[1]: \"http://user@b.example\": user info is not allowed"},
+        {"allowed_origin: []\n", ":1: allowed_origin: unknown key (did you mean allowed_origins?)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char yaml[512], err[1024] = "";
+        snprintf(yaml, sizeof yaml, "%smodels:\n  kev: {path: model.gguf}\n", bad[i].yaml);
+        struct config *got = NULL;
+        cr_expect_neq(config_load_buffer(DIR_ "/inline.yaml", yaml, strlen(yaml), &got, err,
+                                         sizeof err), TANDEM_OK, "%s", bad[i].yaml);
+        cr_expect_null(got);
+        char want[600];
+        snprintf(want, sizeof want, DIR_ "/inline.yaml%s", bad[i].err);
+        cr_expect(!strncmp(err, want, strlen(want)), "%s: got \"%s\", expected \"%s...\"",
+                  bad[i].yaml, err, want);
+    }
     expect_load_error("mcp: {allowed_origins: ['http://x:99999']}\n"
                       "models:\n  kev: {path: model.gguf}\n",
                       DIR_ "/inline.yaml:1: mcp.allowed_origins[0]: \"http://x:99999\": bad port "

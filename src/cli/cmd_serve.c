@@ -332,6 +332,12 @@ static size_t default_model_index(const struct serve *sv) {
     return SIZE_MAX;
 }
 
+/* The config's warnings (a deprecated key), one stderr line each. */
+static void print_warnings(const struct config *cfg, const char *when) {
+    for (size_t i = 0; i < cfg->n_warnings; i++)
+        fprintf(stderr, "tandem serve: %s%s\n", when, cfg->warnings[i]);
+}
+
 /* Reads and plans everything. Returns 0, 1 (runtime) or 2 (configuration). */
 static int prepare(struct serve *sv, const char *llama_server, struct sched_model_spec **specs) {
     char err[1024];
@@ -339,6 +345,7 @@ static int prepare(struct serve *sv, const char *llama_server, struct sched_mode
         fprintf(stderr, "tandem serve: %s\n", err);
         return 2;
     }
+    print_warnings(sv->cfg, "");
     enum engine_source src;
     const char *want = sv->cfg->llama_server ? sv->cfg->llama_server : llama_server;
     if (engine_locate(want, TANDEM_ENGINE_BUILD, sv->engine, sizeof sv->engine, &src) !=
@@ -573,8 +580,10 @@ static void on_hup(evutil_socket_t sig, short what, void *arg) {
         fprintf(stderr, "tandem serve: SIGHUP: keeping the running config\n");
         config_free(next);
     } else {
-        fprintf(stderr, "tandem serve: SIGHUP: reloaded %s (API keys, limits, default model, "
-                        "logs.bodies, logs.audit_on_error, pipelines)\n", sv->config_path);
+        print_warnings(sv->cfg, "SIGHUP: ");
+        fprintf(stderr, "tandem serve: SIGHUP: reloaded %s (API keys, allowed hosts and origins, "
+                        "limits, default model, logs.bodies, logs.audit_on_error, pipelines)\n",
+                sv->config_path);
         events_publish(sv->events, "reload", json_pack("{ss}", "config", sv->config_path));
     }
     notify("READY=1");

@@ -1,12 +1,14 @@
 /* api.c: routes, validation and passthrough for `tandem serve`.
  *
- * A request becomes a call: authenticated (bearer keys compared as SHA-256
- * digests with CRYPTO_memcmp, so neither content nor length leaks through
- * timing), its body decoded (identity or zstd) and checked against the size
+ * A request becomes a call: its head checked (api_check_head: the path, Host,
+ * Origin, Content-Type, then the bearer key, compared as SHA-256 digests with
+ * CRYPTO_memcmp, so neither content nor length leaks through timing), its
+ * body decoded (identity or zstd) and checked against the size
  * limit, parsed, validated (System One requests against the contract, so an
  * error names the field before any engine is involved), routed to a model,
  * and submitted to the scheduler with its deadline. When the scheduler
- * hands it an engine port the original body is forwarded unchanged; the
+ * hands it an engine port the original body is forwarded unchanged, to the
+ * route's own path (never the raw request-target); the
  * answer is passed through unchanged on success (server-sent events chunk by
  * chunk, as they arrive), and engine errors are rewritten into tandem's one
  * error shape with the engine's status, message and every other member of
@@ -14,10 +16,14 @@
  * writes the audit line and the metrics. */
 #include "serve/api.h"
 
+#include <arpa/inet.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/queue.h>
 #include <sys/random.h>
 #include <time.h>
 
@@ -64,6 +70,7 @@ struct api {
     struct call *calls; /* in flight, for api_free */
     struct prom_metric *m_requests, *m_latency, *m_queue_wait, *m_gpu_used, *m_gpu_total;
     struct prom_metric *m_rejections, *m_model_waiting, *m_model_running;
+    struct prom_metric *m_head_refusals; /* api_check_head's refusals, by status */
     struct prom_metric *m_audit_errors, *m_audit_dropped;
     struct node_gauges g;
     struct mcp_http *mcp;          /* POST /mcp, made at its first request */
@@ -98,6 +105,7 @@ struct call {
     struct sched_timing timing;
     uint32_t position;
     bool streaming, answered;
+    bool cors;           /* from a foreign origin of allowed_origins (CORS answers) */
     const char *reject;  /* why tandem refused it (tandem_rejections_total), else NULL */
     long retry_after;    /* Retry-After seconds when known (a failed model's back-off);
                           * 0 = estimate from the load */
@@ -454,25 +462,7 @@ static void on_client_gone(void *arg) {
     finish(c, 499, "client closed the connection");
 }
 
-/* --- authentication and body --------------------------------------------------------------- */
-
-/* Whether h, an Authorization header (NULL when absent), holds one of the
- * config's keys, or the config has none. */
-static bool authorized(const struct api *a, const char *h) {
-    const struct config *cfg = a->p.cfg;
-    if (!cfg->n_api_keys)
-        return true;
-    if (!h || strncasecmp(h, "Bearer ", 7))
-        return false;
-    char given[HASH_SHA256_HEX_LEN + 1], want[HASH_SHA256_HEX_LEN + 1];
-    hash_buffer_sha256(h + 7, strlen(h + 7), given);
-    int ok = 0;
-    for (size_t i = 0; i < cfg->n_api_keys; i++) { /* no early exit: every key is compared */
-        hash_buffer_sha256(cfg->api_keys[i], strlen(cfg->api_keys[i]), want);
-        ok |= CRYPTO_memcmp(given, want, HASH_SHA256_HEX_LEN) == 0;
-    }
-    return ok;
-}
+/* --- body ---------------------------------------------------------------------------------- */
 
 /* Decodes a zstd body into c->body, refusing more than max bytes. Returns
  * 0, or the HTTP status to fail with (400 corrupt, 413 too big). */
@@ -714,14 +704,51 @@ static const struct upstream_ops engine_ops = {
 static const struct upstream_ops engine_stream_ops = {
     .headers = on_engine_headers, .chunk = on_engine_chunk, .done = on_engine_done};
 
+/* The request-target an engine gets (caller frees; NULL on OOM): the route's own path, as
+ * routed (decoded; the head check refused one with a NUL), and the query, if any, decoded
+ * and encoded again pair by pair, so what the engine parses is what tandem routed. A query
+ * that is not key=value pairs is dropped: no passthrough route takes one. */
+static char *forward_target(const struct http_req *r) {
+    struct evhttp_uri *u = evhttp_uri_parse_with_flags(http_req_uri(r), EVHTTP_URI_NONCONFORMANT);
+    const char *query = u ? evhttp_uri_get_query(u) : NULL;
+    struct evkeyvalq pairs;
+    TAILQ_INIT(&pairs);
+    struct evbuffer *b = evbuffer_new();
+    bool ok = b && evbuffer_add_printf(b, "%s", http_req_path(r)) >= 0;
+    if (ok && query && *query && evhttp_parse_query_str(query, &pairs) == 0) {
+        char sep = '?';
+        for (struct evkeyval *kv = TAILQ_FIRST(&pairs); ok && kv; kv = TAILQ_NEXT(kv, next)) {
+            char *k = evhttp_encode_uri(kv->key), *v = evhttp_encode_uri(kv->value);
+            ok = k && v && evbuffer_add_printf(b, "%c%s=%s", sep, k, v) >= 0;
+            sep = '&';
+            free(k);
+            free(v);
+        }
+    }
+    evhttp_clear_headers(&pairs);
+    evhttp_uri_free(u);
+    size_t n = b ? evbuffer_get_length(b) : 0;
+    char *out = ok ? malloc(n + 1) : NULL;
+    if (out) {
+        evbuffer_remove(b, out, n);
+        out[n] = '\0';
+    }
+    if (b)
+        evbuffer_free(b);
+    return out;
+}
+
 static void on_job_start(struct sched_job *job, const char *socket_path, void *user) {
     (void)job;
     struct call *c = user;
     c->attempts++;
     bool stream = json_is_true(json_object_get(c->request, "stream"));
-    c->up = upstream_start(c->api->p.engines, socket_path, EVHTTP_REQ_POST, http_req_uri(c->r),
-                                "application/json", c->body, c->body_len, NULL, forward_headers,
-                                stream ? &engine_stream_ops : &engine_ops, c);
+    char *target = forward_target(c->r);
+    c->up = !target ? NULL
+                    : upstream_start(c->api->p.engines, socket_path, EVHTTP_REQ_POST, target,
+                                     "application/json", c->body, c->body_len, NULL,
+                                     forward_headers, stream ? &engine_stream_ops : &engine_ops, c);
+    free(target);
     if (!c->up)
         sched_job_upstream_failed(c->job, "cannot connect to the engine");
 }
@@ -1342,8 +1369,7 @@ static void handle_mcp(struct call *c) {
     mcp_catalog(a, &pipelines, &models);
     add_common_headers(c);
     c->answered = true; /* by the transport */
-    int status = mcp_http_serve(a->mcp, c->r, c->body, c->body_len, pipelines, models,
-                                a->p.cfg->mcp_origins, a->p.cfg->n_mcp_origins);
+    int status = mcp_http_serve(a->mcp, c->r, c->body, c->body_len, pipelines, models);
     json_decref(pipelines);
     json_decref(models);
     finish(c, status, NULL);
@@ -1536,53 +1562,305 @@ static void request_id(const struct http_req *r, char out[64]) {
     new_request_id(out);
 }
 
+/* The methods route takes, as Allow lists them ("GET,HEAD"), into out[cap]. */
+static void allow_list(const struct route_def *route, char *out, size_t cap) {
+    size_t n = 0;
+    for (const char *m = route->api.methods; *m && n + 3 < cap; m++) {
+        if (*m == ' ')
+            out[n++] = ',';
+        out[n++] = *m;
+    }
+    out[n] = '\0';
+}
+
 /* Refuses c's method with 405 and the methods its route takes in Allow. */
 static void refuse_method(struct call *c, const struct route_def *route) {
     char allow[64], msg[300];
-    size_t n = 0;
-    for (const char *m = route->api.methods; *m && n + 3 < sizeof allow; m++) {
-        if (*m == ' ')
-            allow[n++] = ',';
-        allow[n++] = *m;
-    }
-    allow[n] = '\0';
+    allow_list(route, allow, sizeof allow);
     http_req_add_header(c->r, "Allow", allow);
     snprintf(msg, sizeof msg, "%s does not take %s", http_req_path(c->r), c->method);
     fail_call(c, 405, NULL, msg, NULL, NULL);
 }
 
-int api_check_head(struct api *a, const char *method, const char *target,
-                   const struct evkeyvalq *headers, char *body, size_t cap) {
-    (void)method;
-    char *path = http_target_path(target);
-    const struct route_def *route = path ? route_of(path) : NULL;
-    free(path);
-    if (!needs_key(a, route ? route->r : R_OTHER) ||
-        authorized(a, evhttp_find_header(headers, "Authorization")))
-        return 0;
-    json_t *err = s1_error_body(401, NULL, "a valid API key is required: Authorization: Bearer "
-                                "<key>", NULL);
-    char *text = err ? json_dumps(err, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    snprintf(body, cap, "%s", text ? text : "{}");
-    free(text);
-    json_decref(err);
-    return 401;
+/* Every answer varies with Origin; one to an allowed foreign origin says so, and which
+ * of its headers the page may read. */
+static void add_cors_headers(struct call *c) {
+    http_req_add_header(c->r, "Vary", "Origin");
+    if (!c->cors)
+        return;
+    http_req_add_header(c->r, "Access-Control-Allow-Origin", http_req_header(c->r, "Origin"));
+    http_req_add_header(c->r, "Access-Control-Expose-Headers",
+                        "x-request-id, x-typesafe-request-id, x-tandem-node, X-Tandem-Model, "
+                        "X-Tandem-Queue-Position, Retry-After, WWW-Authenticate, Mcp-Session-Id, "
+                        "endpoint-load-metrics");
 }
 
-/* Answers c with what api_check_head refused it with: status and the JSON
- * body it wrote. */
-static void refuse_head(struct call *c, int status, const char *body) {
-    json_error_t jerr;
-    json_t *parsed = json_loads(body, 0, &jerr);
-    const char *msg = json_string_value(json_object_get(json_object_get(parsed, "error"),
-                                                       "message"));
-    if (status == 401)
-        http_req_add_header(c->r, "WWW-Authenticate", "Bearer");
+/* OPTIONS on a route: 204 with Allow; for an allowed foreign origin, the CORS preflight's
+ * answer too (the methods, the headers it asked for, for ten minutes). A refused origin
+ * never gets here (403 without CORS headers), so its browser sends nothing more. */
+static void answer_options(struct call *c, const struct route_def *route) {
+    char allow[64];
+    allow_list(route, allow, sizeof allow);
+    http_req_add_header(c->r, "Allow", allow);
+    const char *asked = http_req_header(c->r, "Access-Control-Request-Headers");
+    if (c->cors) {
+        http_req_add_header(c->r, "Access-Control-Allow-Methods", allow);
+        if (asked)
+            http_req_add_header(c->r, "Access-Control-Allow-Headers", asked);
+        http_req_add_header(c->r, "Access-Control-Max-Age", "600");
+    }
     add_common_headers(c);
-    http_req_reply(c->r, status, "application/json", body, strlen(body));
+    http_req_reply(c->r, 204, NULL, NULL, 0);
     c->answered = true;
-    finish(c, status, msg ? msg : "refused");
-    json_decref(parsed);
+    finish(c, 204, NULL);
+}
+
+/* --- the head check: target, Host, Origin, Content-Type, key -------------------------------- */
+
+/* Browsers can be made to send requests to tandem by any page they open: a form post, a
+ * fetch, or a page on a name its owner re-points at 127.0.0.1 (DNS rebinding). The head
+ * check refuses each from the request's head alone, before a body is read: the Host names
+ * this daemon (rebinding sends the attacker's name), an Origin is the daemon's own or an
+ * allowed one (a page elsewhere), and a body is JSON (a form cannot send that without a
+ * preflight, which a foreign origin fails). The order is in api.h. */
+
+#define HEAD_MSG 320
+#define ECHO_MAX 100 /* bytes of a client's Host or Origin quoted in a message */
+
+struct head_verdict {
+    int status;           /* 0 = admitted */
+    const char *type;     /* the error type; NULL = s1_error_type(status) */
+    char message[HEAD_MSG];
+    bool cors;            /* admitted past the Origin check with a foreign origin of
+                           * allowed_origins: answers carry CORS headers */
+};
+
+__attribute__((format(printf, 3, 4))) static void refuse(struct head_verdict *v, int status,
+                                                         const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->message, sizeof v->message, fmt, ap);
+    va_end(ap);
+    v->status = status;
+}
+
+/* A client's text as a message may quote it: at most ECHO_MAX bytes, printable ASCII. */
+static void quoted(const char *s, char out[ECHO_MAX + 4]) {
+    size_t n = 0;
+    for (; s[n] && n < ECHO_MAX; n++)
+        out[n] = s[n] > ' ' && s[n] < 0x7f ? s[n] : '?';
+    strcpy(out + n, s[n] ? "..." : "");
+}
+
+/* Splits an authority ("name", "name:port", "[v6]:port") into name[cap] (brackets kept)
+ * and *port (0 when none). Returns false when it is not one. */
+static bool split_authority(const char *s, size_t len, char *name, size_t cap, unsigned *port) {
+    static const char reg[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._";
+    size_t n = s[0] == '[' ? strcspn(s, "]") + 1 : strcspn(s, ":");
+    if (n > len || n <= (s[0] == '[' ? 2u : 0u) || n >= cap)
+        return false;
+    if (s[0] == '[' ? s[n - 1] != ']' || strspn(s + 1, "0123456789abcdefABCDEF:.") != n - 2
+                    : strspn(s, reg) < n)
+        return false;
+    memcpy(name, s, n);
+    name[n] = '\0';
+    *port = 0;
+    if (n == len)
+        return true;
+    const char *p = s + n + 1;
+    size_t digits = len - n - 1;
+    if (s[n] != ':' || strspn(p, "0123456789") < digits || digits > 5)
+        return false;
+    for (size_t i = 0; i < digits; i++)
+        *port = *port * 10 + (unsigned)(p[i] - '0');
+    return *port <= 65535;
+}
+
+/* Whether name (a Host's, brackets kept) is one of this daemon's: the listen address, a
+ * loopback name, an IP literal (no DNS record can be re-pointed at it), or allowed_hosts. */
+static bool host_allowed(const struct config *cfg, const char *name) {
+    static const char *const loopback[] = {"localhost", "127.0.0.1", "[::1]"};
+    for (size_t i = 0; i < sizeof loopback / sizeof *loopback; i++)
+        if (!strcasecmp(name, loopback[i]))
+            return true;
+    char listen[sizeof cfg->listen_host + 2], ip[sizeof(struct in6_addr)];
+    bool v6 = strchr(cfg->listen_host, ':') != NULL;
+    snprintf(listen, sizeof listen, "%s%s%s", v6 ? "[" : "", cfg->listen_host, v6 ? "]" : "");
+    if (!strcasecmp(name, listen) || inet_pton(AF_INET, name, ip) == 1)
+        return true;
+    char inner[64];
+    size_t n = strlen(name);
+    if (name[0] == '[' && n - 2 < sizeof inner) {
+        snprintf(inner, sizeof inner, "%.*s", (int)(n - 2), name + 1);
+        if (inet_pton(AF_INET6, inner, ip) == 1)
+            return true;
+    }
+    for (size_t i = 0; i < cfg->n_allowed_hosts; i++)
+        if (!strcmp(cfg->allowed_hosts[i], "*") || !strcasecmp(name, cfg->allowed_hosts[i]))
+            return true;
+    return false;
+}
+
+/* The request's one Host header, or NULL after refusing (none, two, or malformed);
+ * name[cap] and *port get its parts. */
+static const char *check_host(const struct config *cfg, const struct evkeyvalq *h, char *name,
+                              size_t cap, unsigned *port, struct head_verdict *v) {
+    const char *host = NULL;
+    char q[ECHO_MAX + 4];
+    for (const struct evkeyval *kv = h ? TAILQ_FIRST(h) : NULL; kv; kv = TAILQ_NEXT(kv, next))
+        if (!strcasecmp(kv->key, "Host") && host)
+            return refuse(v, 400, "the request has more than one Host header"), NULL;
+        else if (!strcasecmp(kv->key, "Host"))
+            host = kv->value;
+    if (!host)
+        return refuse(v, 400, "the request has no Host header (HTTP/1.1 requires one: RFC 9112 "
+                      "section 3.2)"), NULL;
+    quoted(host, q);
+    if (!split_authority(host, strlen(host), name, cap, port))
+        return refuse(v, 400, "Host %s is not host[:port]", q), NULL;
+    if (!host_allowed(cfg, name))
+        return refuse(v, 403, "Host %s is not one of this daemon's names: add it to "
+                      "allowed_hosts", q), NULL;
+    return host;
+}
+
+/* Whether origin is "http://" + the authority the request named in its Host (name, port;
+ * port 80 when either leaves it out): the page came from this daemon. */
+static bool own_origin(const char *origin, const char *name, unsigned port) {
+    char oname[300];
+    unsigned oport;
+    if (strncasecmp(origin, "http://", 7) ||
+        !split_authority(origin + 7, strlen(origin + 7), oname, sizeof oname, &oport))
+        return false;
+    return !strcasecmp(oname, name) && (oport ? oport : 80) == (port ? port : 80);
+}
+
+static void check_origin(const struct config *cfg, const struct evkeyvalq *h, const char *host,
+                         const char *name, unsigned port, struct head_verdict *v) {
+    const char *origin = evhttp_find_header(h, "Origin");
+    if (!origin || own_origin(origin, name, port))
+        return;
+    for (size_t i = 0; i < cfg->n_allowed_origins; i++)
+        if (!strcasecmp(origin, cfg->allowed_origins[i])) {
+            v->cors = true;
+            return;
+        }
+    char qo[ECHO_MAX + 4], qh[ECHO_MAX + 4];
+    quoted(origin, qo);
+    quoted(host, qh);
+    refuse(v, 403, "Origin %s may not use this daemon: it is neither its own (http://%s) nor "
+           "one of allowed_origins", qo, qh);
+}
+
+/* Whether a Content-Type value is application/json, with or without parameters. */
+static bool json_media_type(const char *ct) {
+    static const char json[] = "application/json";
+    ct += strspn(ct, " \t");
+    if (strncasecmp(ct, json, sizeof json - 1))
+        return false;
+    ct += sizeof json - 1;
+    ct += strspn(ct, " \t");
+    return !*ct || *ct == ';';
+}
+
+static void check_content_type(const struct evkeyvalq *h, struct head_verdict *v) {
+    const char *ct = evhttp_find_header(h, "Content-Type");
+    const char *len = evhttp_find_header(h, "Content-Length");
+    bool body = evhttp_find_header(h, "Transfer-Encoding") || (len && strspn(len, "0") < strlen(len));
+    char q[ECHO_MAX + 4];
+    v->type = "invalid_request_error";
+    if (ct && !json_media_type(ct)) {
+        quoted(ct, q);
+        refuse(v, 415, "Content-Type %s is not accepted: tandem takes application/json", q);
+    } else if (!ct && body) {
+        refuse(v, 415, "a request body needs Content-Type: application/json (none was sent)");
+    }
+}
+
+/* Whether the Authorization value auth (may be NULL) carries one of the config's keys
+ * (any when there are none): SHA-256 digests compared with CRYPTO_memcmp and no early exit,
+ * so neither a key's content nor its length leaks through timing. */
+static bool authorized(const struct config *cfg, const char *auth) {
+    if (!cfg->n_api_keys)
+        return true;
+    if (!auth || strncasecmp(auth, "Bearer ", 7))
+        return false;
+    char given[HASH_SHA256_HEX_LEN + 1], want[HASH_SHA256_HEX_LEN + 1];
+    hash_buffer_sha256(auth + 7, strlen(auth + 7), given);
+    int ok = 0;
+    for (size_t i = 0; i < cfg->n_api_keys; i++) { /* no early exit: every key is compared */
+        hash_buffer_sha256(cfg->api_keys[i], strlen(cfg->api_keys[i]), want);
+        ok |= CRYPTO_memcmp(given, want, HASH_SHA256_HEX_LEN) == 0;
+    }
+    return ok;
+}
+
+/* The target's decoded path (caller frees), or NULL after refusing it. */
+static char *check_target(const char *target, struct head_verdict *v) {
+    struct evhttp_uri *u = target ? evhttp_uri_parse_with_flags(target, EVHTTP_URI_NONCONFORMANT)
+                                  : NULL;
+    const char *raw = u ? evhttp_uri_get_path(u) : NULL;
+    size_t n = 0;
+    char *path = u ? evhttp_uridecode(raw && *raw ? raw : "/", 0, &n) : NULL;
+    evhttp_uri_free(u);
+    if (!path)
+        refuse(v, 400, "the request-target is not a URI");
+    else if (strlen(path) != n)
+        refuse(v, 400, "the path holds an encoded NUL byte (%%00), which no route has");
+    if (v->status) {
+        free(path);
+        return NULL;
+    }
+    return path;
+}
+
+/* api_check_head's decision, into v (cleared first). */
+static void check_head(struct api *a, const char *method, const char *target,
+                       const struct evkeyvalq *h, struct head_verdict *v) {
+    const struct config *cfg = a->p.cfg;
+    *v = (struct head_verdict){0};
+    char *path = check_target(target, v), name[300];
+    unsigned port;
+    const char *host = path ? check_host(cfg, h, name, sizeof name, &port, v) : NULL;
+    if (host)
+        check_origin(cfg, h, host, name, port, v);
+    if (host && !v->status)
+        check_content_type(h, v);
+    if (host && !v->status && strcmp(method, "OPTIONS")) {
+        const struct route_def *route = route_of(path);
+        if (needs_key(a, route ? route->r : R_OTHER) &&
+            !authorized(cfg, evhttp_find_header(h, "Authorization"))) {
+            v->type = NULL;
+            refuse(v, 401, "a valid API key is required: Authorization: Bearer <key>");
+        }
+    }
+    if (!v->status)
+        v->type = NULL;
+    free(path);
+}
+
+int api_check_head(struct api *a, const char *method, const char *target,
+                   const struct evkeyvalq *headers, char *body, size_t cap) {
+    struct head_verdict v;
+    check_head(a, method ? method : "", target, headers, &v);
+    if (v.status && a->m_head_refusals) {
+        char code[8];
+        snprintf(code, sizeof code, "%d", v.status);
+        prom_add(a->m_head_refusals, (const char *[]){code}, 1);
+    }
+    if (!v.status || !cap)
+        return v.status;
+    json_t *doc = s1_error_body(v.status, v.type, v.message, NULL);
+    size_t n = doc ? json_dumpb(doc, body, cap - 1, JSON_COMPACT | JSON_PRESERVE_ORDER) : 0;
+    json_decref(doc);
+    if (!n || n > cap - 1) { /* too small a buffer: the status's own words */
+        doc = s1_error_body(v.status, v.type, "refused", NULL);
+        n = doc ? json_dumpb(doc, body, cap - 1, JSON_COMPACT | JSON_PRESERVE_ORDER) : 0;
+        json_decref(doc);
+        n = n > cap - 1 ? 0 : n;
+    }
+    body[n] = '\0';
+    return v.status;
 }
 
 /* The answer when there is no memory for a call: tandem's error shape, built
@@ -1605,15 +1883,18 @@ void api_handle(struct http_req *r, void *user) {
     c->route = route ? route->r : R_OTHER;
     c->method = http_req_method_name(r);
     http_req_on_gone(r, on_client_gone, c);
-    char refusal[2048];
-    int refused = api_check_head(a, c->method, http_req_uri(r), http_req_headers(r), refusal,
-                                 sizeof refusal);
-    if (refused) {
-        refuse_head(c, refused, refusal);
+    struct head_verdict v;
+    check_head(a, c->method, http_req_uri(r), http_req_headers(r), &v);
+    c->cors = v.cors;
+    add_cors_headers(c);
+    if (v.status) {
+        fail_call(c, v.status, v.type, v.message, NULL, NULL);
     } else if (!route) {
         char msg[300];
         snprintf(msg, sizeof msg, "no route %s %s", http_req_method_name(r), http_req_path(r));
         fail_call(c, 404, NULL, msg, NULL, NULL);
+    } else if (!strcmp(c->method, "OPTIONS")) {
+        answer_options(c, route);
     } else if (!takes_method(route->api.methods, c->method)) {
         refuse_method(c, route);
     } else if (c->route <= R_PIPELINE && a->phase == API_STOPPING) {
@@ -1644,7 +1925,8 @@ void api_handle(struct http_req *r, void *user) {
  * per-model request gauges and the rejections. */
 static void register_load_metrics(struct api *a) {
     struct prom *p = a->p.metrics;
-    static const char *const model[] = {"model", NULL}, *const reason[] = {"model", "reason", NULL};
+    static const char *const model[] = {"model", NULL}, *const reason[] = {"model", "reason", NULL},
+                             *const status[] = {"status", NULL};
     a->g.waiting = prom_register(p, PROM_GAUGE, "tandem_requests_waiting",
                                  "Requests admitted and not yet dispatched, all models", NULL, NULL, 0);
     a->g.running = prom_register(p, PROM_GAUGE, "tandem_requests_running",
@@ -1666,6 +1948,10 @@ static void register_load_metrics(struct api *a) {
                                        NULL, 0);
     a->m_rejections = prom_register(p, PROM_COUNTER, "tandem_rejections_total",
                                     "Requests tandem refused, by model and reason", reason, NULL, 0);
+    a->m_head_refusals = prom_register(p, PROM_COUNTER, "tandem_head_refusals_total",
+                                       "Requests refused from their head (Host, Origin, "
+                                       "Content-Type, key) before a body was read, by status",
+                                       status, NULL, 0);
     if (!a->p.cfg->metrics_vllm)
         return;
     a->g.vllm_waiting = prom_register(p, PROM_GAUGE, "vllm:num_requests_waiting",

@@ -103,16 +103,41 @@ struct api_route {
  * and returns how many there are. docs/openapi.yaml documents the same set. */
 size_t api_routes(struct api_route *out, size_t cap);
 
-/* The http handler: pass with the api as user. It checks each request with
- * api_check_head first (a detached request has had no head check). */
+/* The http handler: pass with the api as user. Every request first passes
+ * api_check_head (a detached request has had no head check; a refusal there
+ * is answered, audited and counted as any error). */
 void api_handle(struct http_req *r, void *api);
 
-/* The server's head check (http_head_fn, with the api as user): whether a
- * request may go on, judged from its request line and headers alone, before
- * its body is read. Returns 0, or the status to refuse with (401: the
- * route needs a key and Authorization: Bearer holds none of the config's),
- * having written tandem's JSON error body into body[cap]. method and target
- * are the request line's, headers the request's; all borrowed. */
+/* A body[cap] of this many bytes always holds api_check_head's document. */
+#define API_CHECK_HEAD_BODY_MAX 2048
+
+/* Decides from a request's head alone whether it may proceed: method, the request-target as
+ * received (path and query, still percent-encoded), and the request headers. Returns 0 to admit;
+ * else the HTTP status to refuse with (400, 401, 403 or 415) and writes tandem's JSON error
+ * document (s1_error_body's shape) into body[cap]. The HTTP server calls it as its head hook
+ * (http_head_fn, from tandem serve) before the body is read; api_handle applies it to every
+ * request too.
+ *
+ * In order (the first failure decides):
+ *   1. the target: a request-target that is not a URI, or whose decoded path holds a NUL
+ *      (%00), is 400;
+ *   2. Host: none (RFC 9112 section 3.2), more than one, or one that is not host[:port] is
+ *      400; a name that is not the listen address, localhost, 127.0.0.1, [::1], an IP
+ *      literal or one of allowed_hosts (whatever the port; "*" admits any) is 403;
+ *   3. Origin, when sent: "http://" + the request's own Host (the page is this daemon's, as
+ *      the dashboard's), or one of allowed_origins; anything else (another port, "null") is
+ *      403;
+ *   4. Content-Type: a request with a body (Content-Length above 0, or Transfer-Encoding)
+ *      needs one, and any Content-Type sent must be application/json (parameters such as
+ *      charset allowed): else 415;
+ *   5. the API key (api_keys), on every route but the probes, /openapi.yaml, /ui and
+ *      /metrics (unless metrics.require_key), and never on OPTIONS (a preflight carries
+ *      none): else 401; the answer should carry WWW-Authenticate: Bearer.
+ * Host and Origin are judged before the key, so a browser page is refused with or without
+ * one. method and target are borrowed; headers may be NULL (no headers: a 400). body may be
+ * NULL when cap is 0; a cap of API_CHECK_HEAD_BODY_MAX always suffices (less may truncate the
+ * message to a generic one). Reads the api's config as it is now (a reload applies at once).
+ * Each refusal counts in tandem_head_refusals_total by status. */
 int api_check_head(struct api *a, const char *method, const char *target,
                    const struct evkeyvalq *headers, char *body, size_t cap);
 

@@ -546,7 +546,7 @@ static bool k_m_load_timeout(struct walk *w, struct fy_node *v, const char *p, v
     return get_duration(w, v, p, false, &MODEL(t)->load_timeout_ms);
 }
 /* Checks the URLs get_list read from list v (urls[i] from its item i) with
- * remote_url_check; an origin (mcp.allowed_origins) also ends at host[:port]. */
+ * remote_url_check; an origin (allowed_origins) also ends at host[:port]. */
 static bool check_urls(struct walk *w, struct fy_node *v, const char *p, char *const *urls,
                        bool origin) {
     size_t i = 0;
@@ -808,19 +808,88 @@ static bool k_logs(struct walk *w, struct fy_node *v, const char *p, void *t) {
     return walk_section(w, v, p, keys, t);
 }
 
+/* browsers (docs/serve.md, "Hosts and origins") */
+static void free_list(char **v, size_t n);
+
+static void lowercase(char *s) {
+    for (; *s; s++)
+        *s = (char)tolower((unsigned char)*s);
+}
+
+/* A Host name as allowed_hosts takes it: a DNS name (letters, digits, '-', '.',
+ * '_'), an IPv4 address or a bracketed IPv6 one, with no scheme, port or path. */
+static bool host_name_ok(const char *h) {
+    size_t n = strlen(h);
+    if (h[0] == '[')
+        return n > 2 && h[n - 1] == ']' && strspn(h + 1, "0123456789abcdefABCDEF:.") == n - 2;
+    return n && n <= 253 && h[0] != '.' && h[0] != '-' &&
+           strspn(h, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._") == n;
+}
+
+static bool k_allowed_hosts(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    struct config *c = CFG(t);
+    if (!get_list(w, v, p, &c->allowed_hosts, &c->n_allowed_hosts))
+        return false;
+    void *it = NULL;
+    struct fy_node *item;
+    for (size_t i = 0; (item = fy_node_sequence_iterate(v, &it)); i++) {
+        char *h = c->allowed_hosts[i];
+        char sub[300];
+        snprintf(sub, sizeof sub, "%s[%zu]", p, i);
+        if (strcmp(h, "*") && !host_name_ok(h))
+            return fail(w, TANDEM_ERR_FORMAT, item, sub, "\"%s\": expected a host name without "
+                        "scheme, port or path (\"tandem.example\", \"10.0.0.5\", \"[fd00::1]\"), "
+                        "or \"*\" for any", h);
+        lowercase(h); /* DNS names are case-insensitive */
+    }
+    return true;
+}
+
+/* Reads the list of origins at v and appends it to c->allowed_origins. */
+static bool add_origins(struct walk *w, struct fy_node *v, const char *p, struct config *c) {
+    char **list = NULL;
+    size_t n = 0;
+    if (!get_list(w, v, p, &list, &n) || !check_urls(w, v, p, list, true)) {
+        free_list(list, n);
+        return false;
+    }
+    char **all = mem_realloc(c->allowed_origins, (c->n_allowed_origins + n + 1) * sizeof *all);
+    if (!all) {
+        free_list(list, n);
+        return fail(w, TANDEM_ERR_NOMEM, v, p, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        lowercase(list[i]); /* scheme and host are case-insensitive */
+        all[c->n_allowed_origins++] = list[i];
+    }
+    all[c->n_allowed_origins] = NULL;
+    c->allowed_origins = all;
+    mem_free(list);
+    return true;
+}
+
+static bool k_allowed_origins(struct walk *w, struct fy_node *v, const char *p, void *t) {
+    return add_origins(w, v, p, CFG(t));
+}
+
 /* mcp (docs/mcp.md) */
 static bool k_mcp_http(struct walk *w, struct fy_node *v, const char *p, void *t) {
     return get_bool(w, v, p, &CFG(t)->mcp_http);
 }
 static bool k_mcp_origins(struct walk *w, struct fy_node *v, const char *p, void *t) {
     struct config *c = CFG(t);
-    if (!get_list(w, v, p, &c->mcp_origins, &c->n_mcp_origins) ||
-        !check_urls(w, v, p, c->mcp_origins, true))
-        return false;
-    for (size_t i = 0; i < c->n_mcp_origins; i++) /* scheme and host are case-insensitive */
-        for (char *s = c->mcp_origins[i]; *s; s++)
-            *s = (char)tolower((unsigned char)*s);
-    return true;
+    char line[MSG];
+    snprintf(line, sizeof line, "%s:%d: %s: deprecated: use the top-level allowed_origins, "
+             "which every route checks (these origins are added to it)", w->file, line_of(v), p);
+    char *copy = mem_strdup(line);
+    char **more = copy ? mem_realloc(c->warnings, (c->n_warnings + 1) * sizeof *more) : NULL;
+    if (!more) {
+        mem_free(copy);
+        return fail(w, TANDEM_ERR_NOMEM, v, p, "out of memory");
+    }
+    c->warnings = more;
+    c->warnings[c->n_warnings++] = copy;
+    return add_origins(w, v, p, c);
 }
 static bool k_mcp(struct walk *w, struct fy_node *v, const char *p, void *t) {
     static const struct key keys[] = {
@@ -1223,7 +1292,8 @@ static const struct key ROOT_KEYS[] = {
     {"engine", k_engine},   {"defaults", k_defaults},     {"limits", k_limits},
     {"scheduling", k_scheduling}, {"shutdown", k_shutdown}, {"logs", k_logs},
     {"models", k_models},   {"pipelines", k_pipelines},   {"node", k_node},
-    {"metrics", k_metrics}, {"mcp", k_mcp},         {NULL, NULL}};
+    {"metrics", k_metrics}, {"mcp", k_mcp},
+    {"allowed_hosts", k_allowed_hosts}, {"allowed_origins", k_allowed_origins}, {NULL, NULL}};
 
 /* --- cross-checks, defaults, entry points ----------------------------------------------------- */
 
@@ -1604,7 +1674,9 @@ void config_free(struct config *c) {
     }
     mem_free(c->models);
     free_list(c->api_keys, c->n_api_keys);
-    free_list(c->mcp_origins, c->n_mcp_origins);
+    free_list(c->allowed_hosts, c->n_allowed_hosts);
+    free_list(c->allowed_origins, c->n_allowed_origins);
+    free_list(c->warnings, c->n_warnings);
     mem_free(c->path);
     mem_free(c->default_model);
     mem_free(c->log_dir);

@@ -215,13 +215,23 @@ struct config {
     size_t n_pipelines;
     /* mcp (docs/mcp.md) */
     bool mcp_http;                 /* mcp.http: the daemon serves POST /mcp; default false */
-    char **mcp_origins;            /* mcp.allowed_origins: browser Origins allowed on /mcp
-                                    * besides loopback ones, each "http://host[:port]" or
+    /* browsers (docs/serve.md, "Hosts and origins") */
+    char **allowed_hosts;          /* allowed_hosts: Host names served besides the listen
+                                    * address, the loopback names and IP literals; each a
+                                    * DNS name, or "*" (any Host: behind a gateway that
+                                    * checks it). Lowercased at load; checked: no scheme,
+                                    * port or path. NULL when absent */
+    size_t n_allowed_hosts;
+    char **allowed_origins;        /* allowed_origins: browser Origins allowed on every route
+                                    * besides the daemon's own, each "http://host[:port]" or
                                     * "https://host[:port]" (checked: nothing after the
                                     * authority; lowercased at load, as browsers send
-                                    * them); none by default (NULL when the key is
-                                    * absent: read n_mcp_origins) */
-    size_t n_mcp_origins;          /* entries in mcp_origins */
+                                    * them); mcp.allowed_origins, deprecated, is merged in.
+                                    * NULL when neither key is present */
+    size_t n_allowed_origins;
+    char **warnings;               /* lines the daemon logs at load: a deprecated key, each
+                                    * "<file>:<line>: <path>: <what>"; NULL when none */
+    size_t n_warnings;
 };
 
 /* Reads and validates path. On success *out is a new config (caller frees

@@ -667,13 +667,6 @@ static char *decoded_path(const struct evhttp_uri *u) {
     return evhttp_uridecode(raw && *raw ? raw : "/", 0, NULL);
 }
 
-char *http_target_path(const char *target) {
-    struct evhttp_uri *u = evhttp_uri_parse_with_flags(target, EVHTTP_URI_NONCONFORMANT);
-    char *path = u ? decoded_path(u) : NULL;
-    evhttp_uri_free(u);
-    return path;
-}
-
 static const char *method_name(enum evhttp_cmd_type m) {
     switch (m) {
     case EVHTTP_REQ_GET: return "GET";

@@ -39,7 +39,7 @@ typedef void (*http_handler_fn)(struct http_req *r, void *user);
  * return 0 to go on, else the status to refuse with, having written the JSON body into
  * body[cap]; the server then answers that status itself (Connection: close), reads no body
  * and never calls the handler for that request. method is the request line's (one evhttp
- * knows), target its request-target as sent (see http_target_path), headers the head's in
+ * knows), target its request-target as sent (still percent-encoded), headers the head's in
  * order; all borrowed for the call. A 401 gets WWW-Authenticate: Bearer. */
 typedef int (*http_head_fn)(void *user, const char *method, const char *target,
                             const struct evkeyvalq *headers, char *body, size_t cap);
@@ -97,10 +97,6 @@ const char *http_req_header(const struct http_req *r, const char *name);
 /* Every request header, in order (an empty list once its connection is
  * gone). Borrowed. */
 const struct evkeyvalq *http_req_headers(const struct http_req *r);
-/* The decoded path of a request-target, without its query ("/" when it has
- * none), as http_req_path gives it; NULL when the target does not parse (or
- * on OOM). The caller frees it with free(). */
-char *http_target_path(const char *target);
 /* The body, NUL-terminated for convenience; *len gets its length. Borrowed. */
 const char *http_req_body(struct http_req *r, size_t *len);
 /* Whether the body exceeded max_body_bytes. */

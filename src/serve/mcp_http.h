@@ -14,9 +14,10 @@
  * Mcp-Session-Id with the same key. Sessions (the handshake revisions):
  * initialize hands out an id, which every later request must carry (400
  * without, 404 when unknown or expired); DELETE /mcp ends it; the table is
- * bounded (1024 sessions, 30 min idle). Browser origins other than loopback and
- * mcp.allowed_origins are refused with 403 (DNS rebinding). The api checks
- * the API key and whether mcp.http is on before it hands a request here. */
+ * bounded (1024 sessions, 30 min idle). The api checks the request's head
+ * (Host, Origin, Content-Type and the API key: api_check_head) and whether
+ * mcp.http is on before it hands a request here; a tool call's request
+ * carries the POST's Host and Authorization, so the same check admits it. */
 #ifndef TANDEM_MCP_HTTP_H
 #define TANDEM_MCP_HTTP_H
 
@@ -51,11 +52,6 @@ void mcp_http_end_listeners(struct mcp_http *h);
  * server, which frees them) and frees h. NULL is a no-op. */
 void mcp_http_free(struct mcp_http *h);
 
-/* Whether a browser's Origin may reach /mcp: NULL (no browser), a loopback
- * origin (http or https on localhost, 127.0.0.1 or [::1], any port), or one
- * of allowed[n] exactly (case-insensitive). */
-bool mcp_http_origin_allowed(const char *origin, char *const *allowed, size_t n);
-
 /* Tells the subscribers (subscriptions/listen) when the tools built from
  * this catalog (borrowed) differ from the last ones: a reload. */
 void mcp_http_set_catalog(struct mcp_http *h, const json_t *pipelines, const json_t *models);
@@ -64,10 +60,9 @@ void mcp_http_set_catalog(struct mcp_http *h, const json_t *pipelines, const jso
  * (answers now or later): body[len] is
  * its message (decoded; borrowed for the call), pipelines and models the
  * catalog (GET /v1/pipelines' and GET /v1/models' bodies, borrowed for the
- * call), allowed[n] the configured origins. Returns the HTTP status it
- * answered with, 200 for a stream or an answer still to come. */
+ * call). Returns the HTTP status it answered with, 200 for a stream or an
+ * answer still to come. */
 int mcp_http_serve(struct mcp_http *h, struct http_req *r, const char *body, size_t len,
-                    const json_t *pipelines, const json_t *models, char *const *allowed,
-                    size_t n);
+                    const json_t *pipelines, const json_t *models);
 
 #endif

@@ -43,9 +43,9 @@ budget:
   ram: 400MiB
 limits:
   request_timeout: 300s
+allowed_origins: [https://agent.example]
 mcp:
   http: {'true' if mcp_http else 'false'}
-  allowed_origins: [https://agent.example]
 models:
   decider:
     path: {fixture_path('smollm2-decider.gguf')}
@@ -416,11 +416,22 @@ def test_http_key_origin_and_switch(daemon, serve_factory):
     wrong = {**headers, "Authorization": "Bearer wrong"}
     assert http_raw("POST", daemon.url + "/mcp", body, headers=wrong)[0] == 401
     ok = {**headers, "Authorization": f"Bearer {KEY}", "Mcp-Session-Id": initialize(daemon)}
-    status, raw, _ = http_raw("POST", daemon.url + "/mcp", body, headers={**ok, "Origin": "http://evil.example"})
-    assert status == 403 and "mcp.allowed_origins" in json.loads(raw)["error"]["message"]
-    for origin in ("http://localhost:3000", "https://agent.example"):
-        status, raw, _ = http_raw("POST", daemon.url + "/mcp", body, headers={**ok, "Origin": origin})
+    # another page, even on this machine (another port), is not the daemon's own origin
+    for origin in ("http://evil.example", "http://localhost:3000", "http://127.0.0.1:3000"):
+        status, raw, hs = http_raw("POST", daemon.url + "/mcp", body, headers={**ok, "Origin": origin})
+        assert status == 403 and "allowed_origins" in json.loads(raw)["error"]["message"], raw
+        assert "Access-Control-Allow-Origin" not in hs
+    for origin in (daemon.url, "https://agent.example"):
+        status, raw, hs = http_raw("POST", daemon.url + "/mcp", body, headers={**ok, "Origin": origin})
         assert status == 200 and json.loads(raw) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    assert hs["Access-Control-Allow-Origin"] == "https://agent.example"
+    # the preflight a browser on the allowed origin sends first
+    status, _, hs = http_raw("OPTIONS", daemon.url + "/mcp", headers={
+        "Origin": "https://agent.example", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type, mcp-protocol-version"})
+    assert status == 204 and hs["Access-Control-Allow-Origin"] == "https://agent.example"
+    assert hs["Access-Control-Allow-Methods"] == "POST"
+    assert hs["Access-Control-Allow-Headers"] == "authorization, content-type, mcp-protocol-version"
     status, raw, _ = http_raw("POST", daemon.url + "/mcp", body, headers={**ok, "MCP-Protocol-Version": "1999-01-01"})
     assert status == 400
     note = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()

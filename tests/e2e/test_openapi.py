@@ -73,6 +73,8 @@ pipelines:
 def request(method, url, key=None, data=None):
     """Returns (status, headers, body bytes); never raises on HTTP errors."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    if data is not None:  # else urllib says application/x-www-form-urlencoded: a 415
+        headers["Content-Type"] = "application/json"
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=30) as r:

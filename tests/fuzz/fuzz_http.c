@@ -26,7 +26,9 @@
  * generated req_<32 hex>) and x-tandem-node; an error's body must be
  * tandem's error shape with the status as its code (401 with
  * WWW-Authenticate, 405 with Allow, 503 with Retry-After); a JSON answer
- * must parse. Built by `make fuzz`; `make test` replays the corpus
+ * must parse; it must vary with Origin, echo only the allowed origin in
+ * Access-Control-Allow-Origin, and never on a 403 (the head check's
+ * refusals: api_check_head). Built by `make fuzz`; `make test` replays the corpus
  * (tests/fuzz/replay.c). */
 #include <ctype.h>
 #include <stdbool.h>
@@ -51,6 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define FUZZ_API_KEY "fuzz-key"
 #define FUZZ_NODE "fuzz-node"
+#define FUZZ_ORIGIN "https://app.example" /* allowed_origins below */
 #define FUZZ_MAX_BODY 8192 /* limits.max_body below */
 #define N_MODELS 3
 
@@ -58,6 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * checks that it exists; no engine ever reads it). */
 static const char config_fmt[] =
     "api_keys: [" FUZZ_API_KEY "]\n"
+    "allowed_hosts: [tandem.example]\n"
+    "allowed_origins: [" FUZZ_ORIGIN "]\n"
     "node:\n  id: " FUZZ_NODE "\n"
     "defaults:\n  model: decider\n"
     "limits:\n  max_body: 8KiB\n  queue_depth: 4\n"
@@ -340,7 +345,7 @@ static void on_reply(void *user, int status, const struct evkeyvalq *headers, co
 
 /* The statuses docs/serve.md gives these routes when no engine is reached. */
 static bool documented(int status) {
-    static const int ok[] = {200, 202, 400, 401, 404, 405, 409, 413, 415, 501, 503};
+    static const int ok[] = {200, 202, 204, 400, 401, 403, 404, 405, 409, 413, 415, 501, 503};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (status == ok[i])
             return true;
@@ -394,6 +399,22 @@ static void check_error_body(const struct answer *a) {
     json_decref(b);
 }
 
+/* CORS: every answer varies with Origin; only the allowed origin is ever echoed, and
+ * never on a 403 (a refused Host or Origin); 204 answers OPTIONS only. */
+static void check_cors(const struct request *rq, const struct answer *a) {
+    const char *acao = evhttp_find_header(&a->headers, "Access-Control-Allow-Origin");
+    const char *origin = evhttp_find_header(&rq->headers, "Origin");
+    const char *vary = evhttp_find_header(&a->headers, "Vary");
+    if (!vary || strcasecmp(vary, "Origin"))
+        die("an answer without Vary: Origin");
+    if (acao && (!origin || strcasecmp(origin, FUZZ_ORIGIN) || strcmp(acao, origin)))
+        die("Access-Control-Allow-Origin for an origin that is not allowed");
+    if (acao && a->status == 403)
+        die("a 403 with Access-Control-Allow-Origin");
+    if (a->status == 204 && rq->method != EVHTTP_REQ_OPTIONS)
+        die("204 for a method other than OPTIONS");
+}
+
 static void check_answer(const struct request *rq, const struct answer *a) {
     if (a->count != 1)
         die(a->count ? "a request answered twice" : "a request not answered");
@@ -415,6 +436,7 @@ static void check_answer(const struct request *rq, const struct answer *a) {
         die("405 without Allow");
     if (a->status == 503 && !evhttp_find_header(&a->headers, "Retry-After"))
         die("503 without Retry-After");
+    check_cors(rq, a);
     if (ct && !strcmp(ct, "application/json")) {
         json_t *j = json_loadb(a->body, a->len, 0, NULL);
         if (!json_is_object(j))

@@ -8,7 +8,8 @@ regression files from tests/data/gguf.
 config: tests/data/config/*.yaml and examples/*.yaml.
 s1: the bodies of tests/data/s1/cases.jsonl.
 tmpl: the texts of tests/data/tmpl/compile.jsonl.
-http: raw HTTP/1.1 requests, valid and invalid, for every route of
+http: raw HTTP/1.1 requests, valid and invalid (the head check's refusals
+among them), for every route of
 tests/fuzz/fuzz_http.c's daemon (its models decider, verifier and writer,
 pipeline decide, key fuzz-key), and every s1 body as a POST /v1/systemone.
 head: the http seeds, and heads at the edges of tests/fuzz/fuzz_head.c's
@@ -110,18 +111,21 @@ AUTH = {"Authorization": "Bearer fuzz-key"}
 NO_BODY = object()
 
 
-def request(method, target, body=NO_BODY, headers=None, auth=True, eol="\r\n"):
-    """One raw request: request line, headers (Content-Length for a body), and
-    the body: bytes as they are, anything else as JSON."""
+def request(method, target, body=NO_BODY, headers=None, auth=True, eol="\r\n", host="127.0.0.1",
+            content_type="application/json"):
+    """One raw request: request line, Host (none when host is None), headers
+    (Content-Type and Content-Length for a body), and the body: bytes as they
+    are, anything else as JSON."""
     h = dict(AUTH) if auth else {}
     h.update(headers or {})
     if body is NO_BODY:
         body = b""
     else:
         body = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False).encode()
-        h.setdefault("Content-Type", "application/json")
+        if content_type:
+            h.setdefault("Content-Type", content_type)
         h["Content-Length"] = str(len(body))
-    head = f"{method} {target} HTTP/1.1{eol}Host: 127.0.0.1{eol}"
+    head = f"{method} {target} HTTP/1.1{eol}" + (f"Host: {host}{eol}" if host else "")
     head += "".join(f"{k}: {v}{eol}" for k, v in h.items()) + eol
     return head.encode() + body
 
@@ -139,6 +143,57 @@ AS_SYSTEMONE = {"model": "pipelines/decide", "state": "The build server is swapp
                 "questions": {"act": {"type": "choice", "instructions": "What now?",
                                       "criteria": {"reduce": "Fewer jobs.", "stop": "Stop the docs."}}}}
 CHAT = {"model": "writer", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def head_check_seeds():
+    """The head check's refusals and admissions (api_check_head): Host, Origin,
+    Content-Type, a NUL in the path, preflights. The target's config allows
+    the host tandem.example and the origin https://app.example."""
+    evil = {"Origin": "http://evil.example"}
+    form = "text/plain"
+    return {
+        "host-rebind-403": request("GET", "/v1/status", host="rebind.evil.example"),
+        "host-rebind-health-403": request("GET", "/health", auth=False, host="rebind.evil.example:8090"),
+        "host-missing-400": request("GET", "/v1/status", host=None),
+        "host-twice-400": request("GET", "/v1/status", headers={"Host": "localhost"}),
+        "host-malformed-400": request("GET", "/v1/status", host="[::1"),
+        "host-bad-port-400": request("GET", "/v1/status", host="localhost:99999"),
+        "host-allowed": request("GET", "/v1/status", host="Tandem.Example:8090"),
+        "host-ipv6": request("GET", "/v1/status", host="[::1]:8090"),
+        "host-ip-literal": request("GET", "/v1/status", host="10.0.0.5"),
+        "origin-evil-403": request("POST", "/v1/systemone", CHOICE, evil),
+        "origin-evil-form-403": request("POST", "/admin/models/decider/load", b"a=b", evil,
+                                        auth=False, content_type=form),
+        "origin-own": request("POST", "/v1/systemone", CHOICE, {"Origin": "http://127.0.0.1"}),
+        "origin-own-port": request("GET", "/v1/status", headers={"Origin": "http://localhost:8090"},
+                                   host="localhost:8090"),
+        "origin-other-port-403": request("GET", "/v1/status", headers={"Origin": "http://127.0.0.1:3000"}),
+        "origin-null-403": request("GET", "/v1/status", headers={"Origin": "null"}),
+        "origin-allowed-cors": request("POST", "/v1/systemone", CHOICE, {"Origin": "https://app.example"}),
+        "origin-allowed-401": request("GET", "/v1/models", headers={"Origin": "https://app.example"},
+                                      auth=False),
+        "ct-text-plain-415": request("POST", "/v1/systemone", json.dumps(CHOICE).encode(),
+                                     content_type=form),
+        "ct-form-empty-415": request("POST", "/admin/models/decider/load", b"", content_type=form),
+        "ct-urlencoded-415": request("POST", "/v1/pipelines/decide", b"state=x",
+                                     content_type="application/x-www-form-urlencoded"),
+        "ct-multipart-415": request("POST", "/mcp", b"--x\r\n\r\n--x--",
+                                    content_type="multipart/form-data; boundary=x"),
+        "ct-missing-415": request("POST", "/v1/systemone", CHOICE, content_type=None),
+        "ct-json-charset": request("POST", "/v1/systemone", CHOICE,
+                                   content_type="Application/JSON; charset=utf-8"),
+        "ct-jsonp-415": request("POST", "/v1/systemone", CHOICE, content_type="application/jsonp"),
+        "nul-path-400": request("POST", "/v1/chat/completions%00/props", CHAT),
+        "nul-admin-400": request("POST", "/admin/models/decider%00/load"),
+        "nul-query-ok": request("GET", "/v1/status?x=%00"),
+        "chat-query": request("POST", "/v1/chat/completions?a=b%20c&d", CHAT),
+        "options-preflight": request("OPTIONS", "/v1/systemone", auth=False, headers={
+            "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"}),
+        "options-own": request("OPTIONS", "/v1/status", auth=False),
+        "options-evil-403": request("OPTIONS", "/mcp", auth=False, headers=evil),
+        "options-unknown-404": request("OPTIONS", "/v2/nothing"),
+    }
 
 
 def http_seeds(out):
@@ -209,6 +264,7 @@ def http_seeds(out):
         "folded-header": b"GET /v1/models HTTP/1.1\r\nAuthorization: Bearer\r\n fuzz-key\r\n"
                          b"x-request-id: a\r\n\tb\r\n\r\n",
     }
+    seeds.update(head_check_seeds())
     for name, raw in seeds.items():
         (out / f"{name}.http").write_bytes(raw)
     for name, body in s1_bodies():
