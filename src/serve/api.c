@@ -70,7 +70,6 @@ struct api {
     struct call *calls; /* in flight, for api_free */
     struct prom_metric *m_requests, *m_latency, *m_queue_wait, *m_gpu_used, *m_gpu_total;
     struct prom_metric *m_rejections, *m_model_waiting, *m_model_running;
-    struct prom_metric *m_head_refusals; /* api_check_head's refusals, by status */
     struct prom_metric *m_audit_errors, *m_audit_dropped;
     struct node_gauges g;
     struct mcp_http *mcp;          /* POST /mcp, made at its first request */
@@ -1839,15 +1838,29 @@ static void check_head(struct api *a, const char *method, const char *target,
     free(path);
 }
 
+/* A request the server refused from its head never becomes a call: it is
+ * audited, published and counted here as a call's answer would be, under a
+ * request id of its own. */
+static void record_refusal(struct api *a, const char *method, const char *target,
+                           const struct head_verdict *v) {
+    struct head_verdict unused;
+    char *path = check_target(target, &unused);
+    const struct route_def *route = path ? route_of(path) : NULL;
+    free(path);
+    struct call c = {.api = a, .t0 = host_now_ms(), .input_tokens = -1,
+                     .route = route ? route->r : R_OTHER, .method = method};
+    new_request_id(c.id);
+    audit_call(&c, v->status, v->message);
+    publish_request(&c, v->status);
+    count_call(&c, v->status);
+}
+
 int api_check_head(struct api *a, const char *method, const char *target,
                    const struct evkeyvalq *headers, char *body, size_t cap) {
     struct head_verdict v;
     check_head(a, method ? method : "", target, headers, &v);
-    if (v.status && a->m_head_refusals) {
-        char code[8];
-        snprintf(code, sizeof code, "%d", v.status);
-        prom_add(a->m_head_refusals, (const char *[]){code}, 1);
-    }
+    if (v.status)
+        record_refusal(a, method ? method : "", target, &v);
     if (!v.status || !cap)
         return v.status;
     json_t *doc = s1_error_body(v.status, v.type, v.message, NULL);
@@ -1925,8 +1938,7 @@ void api_handle(struct http_req *r, void *user) {
  * per-model request gauges and the rejections. */
 static void register_load_metrics(struct api *a) {
     struct prom *p = a->p.metrics;
-    static const char *const model[] = {"model", NULL}, *const reason[] = {"model", "reason", NULL},
-                             *const status[] = {"status", NULL};
+    static const char *const model[] = {"model", NULL}, *const reason[] = {"model", "reason", NULL};
     a->g.waiting = prom_register(p, PROM_GAUGE, "tandem_requests_waiting",
                                  "Requests admitted and not yet dispatched, all models", NULL, NULL, 0);
     a->g.running = prom_register(p, PROM_GAUGE, "tandem_requests_running",
@@ -1948,10 +1960,6 @@ static void register_load_metrics(struct api *a) {
                                        NULL, 0);
     a->m_rejections = prom_register(p, PROM_COUNTER, "tandem_rejections_total",
                                     "Requests tandem refused, by model and reason", reason, NULL, 0);
-    a->m_head_refusals = prom_register(p, PROM_COUNTER, "tandem_head_refusals_total",
-                                       "Requests refused from their head (Host, Origin, "
-                                       "Content-Type, key) before a body was read, by status",
-                                       status, NULL, 0);
     if (!a->p.cfg->metrics_vllm)
         return;
     a->g.vllm_waiting = prom_register(p, PROM_GAUGE, "vllm:num_requests_waiting",

@@ -137,7 +137,7 @@ void api_handle(struct http_req *r, void *api);
  * one. method and target are borrowed; headers may be NULL (no headers: a 400). body may be
  * NULL when cap is 0; a cap of API_CHECK_HEAD_BODY_MAX always suffices (less may truncate the
  * message to a generic one). Reads the api's config as it is now (a reload applies at once).
- * Each refusal counts in tandem_head_refusals_total by status. */
+ * A refusal is audited, published and counted as an answer (it never reaches api_handle). */
 int api_check_head(struct api *a, const char *method, const char *target,
                    const struct evkeyvalq *headers, char *body, size_t cap);
 
