@@ -1843,7 +1843,7 @@ static void check_head(struct api *a, const char *method, const char *target,
  * request id of its own. */
 static void record_refusal(struct api *a, const char *method, const char *target,
                            const struct head_verdict *v) {
-    struct head_verdict unused;
+    struct head_verdict unused = {0};
     char *path = check_target(target, &unused);
     const struct route_def *route = path ? route_of(path) : NULL;
     free(path);
