@@ -200,7 +200,7 @@ def test_past_the_cap_with_nothing_idle_a_connection_gets_503_in_tandems_shape(s
     assert b'"type":"unavailable_error"' in got[2] and b"limits.max_connections" in got[2]
     assert closed(c)
     for b in busy:  # they finish their requests
-        b.sendall(b"Host: x\r\n\r\n")
+        b.sendall(b"Host: 127.0.0.1\r\n\r\n")
         assert read_response(b)[0] == 200
         b.close()
 
