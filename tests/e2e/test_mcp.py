@@ -430,7 +430,7 @@ def test_http_key_origin_and_switch(daemon, serve_factory):
         "Origin": "https://agent.example", "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "authorization, content-type, mcp-protocol-version"})
     assert status == 204 and hs["Access-Control-Allow-Origin"] == "https://agent.example"
-    assert hs["Access-Control-Allow-Methods"] == "POST"
+    assert hs["Access-Control-Allow-Methods"] == "POST, DELETE"
     assert hs["Access-Control-Allow-Headers"] == "authorization, content-type, mcp-protocol-version"
     status, raw, _ = http_raw("POST", daemon.url + "/mcp", body, headers={**ok, "MCP-Protocol-Version": "1999-01-01"})
     assert status == 400
