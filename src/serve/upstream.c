@@ -185,7 +185,8 @@ static void call_done(CURL *easy, CURLcode rc, void *arg) {
     snprintf(why, sizeof why, "%s", rc == CURLE_OK ? "" : error_text(u, rc));
     int status = rc == CURLE_OK ? u->status : 0;
     struct evbuffer *body = status > 0 && !u->streamed ? u->body : NULL;
-    u->body = status > 0 ? NULL : u->body; /* the body outlives u for done */
+    if (body)
+        u->body = NULL; /* the body outlives u for done */
     call_free(u);
     ops->done(user, status, body, status > 0 ? NULL : why);
     if (body)
