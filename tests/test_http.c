@@ -213,7 +213,8 @@ struct server_fixture {
 
 /* Refuses targets under /deny with 401, admits the rest. */
 static int test_head(void *user, const char *method, const char *target,
-                     const struct evkeyvalq *headers, char *body, size_t cap) {
+                     const struct evkeyvalq *headers, char *body, size_t cap, char *id) {
+    (void)id;
     struct server_fixture *f = user;
     const char *x = evhttp_find_header(headers, "X-Test");
     f->heads++;

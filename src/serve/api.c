@@ -83,7 +83,7 @@ struct call {
     struct http_req *r;
     enum route route;
     const char *method; /* static; the request is gone once answered */
-    char id[64];
+    char id[HTTP_REQUEST_ID_MAX];
     const struct api_model *model;
     struct sched_job *job;
     struct upstream_call *up;
@@ -1546,15 +1546,15 @@ static bool needs_key(const struct api *a, enum route r) {
 
 /* The call's id: the client's x-request-id (or x-typesafe-request-id) when
  * it is printable and short, else a new one. */
-static void request_id(const struct http_req *r, char out[64]) {
+static void request_id(const struct evkeyvalq *h, char out[HTTP_REQUEST_ID_MAX]) {
     const char *names[] = {"x-request-id", "x-typesafe-request-id"};
     for (size_t i = 0; i < 2; i++) {
-        const char *id = http_req_header(r, names[i]);
-        bool ok = id && *id && strlen(id) < 64;
+        const char *id = h ? evhttp_find_header(h, names[i]) : NULL;
+        bool ok = id && *id && strlen(id) < HTTP_REQUEST_ID_MAX;
         for (const char *p = id; ok && *p; p++)
             ok = *p > ' ' && *p < 0x7f;
         if (ok) {
-            snprintf(out, 64, "%s", id);
+            snprintf(out, HTTP_REQUEST_ID_MAX, "%s", id);
             return;
         }
     }
@@ -1842,25 +1842,28 @@ static void check_head(struct api *a, const char *method, const char *target,
  * audited, published and counted here as a call's answer would be, under a
  * request id of its own. */
 static void record_refusal(struct api *a, const char *method, const char *target,
-                           const struct head_verdict *v) {
+                           const struct evkeyvalq *headers, const struct head_verdict *v,
+                           char *id) {
     struct head_verdict unused = {0};
     char *path = check_target(target, &unused);
     const struct route_def *route = path ? route_of(path) : NULL;
     free(path);
     struct call c = {.api = a, .t0 = host_now_ms(), .input_tokens = -1,
                      .route = route ? route->r : R_OTHER, .method = method};
-    new_request_id(c.id);
+    request_id(headers, c.id);
+    if (id)
+        snprintf(id, HTTP_REQUEST_ID_MAX, "%s", c.id);
     audit_call(&c, v->status, v->message);
     publish_request(&c, v->status);
     count_call(&c, v->status);
 }
 
 int api_check_head(struct api *a, const char *method, const char *target,
-                   const struct evkeyvalq *headers, char *body, size_t cap) {
+                   const struct evkeyvalq *headers, char *body, size_t cap, char *id) {
     struct head_verdict v;
     check_head(a, method ? method : "", target, headers, &v);
     if (v.status)
-        record_refusal(a, method ? method : "", target, &v);
+        record_refusal(a, method ? method : "", target, headers, &v, id);
     if (!v.status || !cap)
         return v.status;
     json_t *doc = s1_error_body(v.status, v.type, v.message, NULL);
@@ -1891,7 +1894,7 @@ void api_handle(struct http_req *r, void *user) {
     }
     *c = (struct call){.api = a, .r = r, .t0 = host_now_ms(), .input_tokens = -1};
     link_call(a, c);
-    request_id(r, c->id);
+    request_id(http_req_headers(r), c->id);
     const struct route_def *route = route_of(http_req_path(r));
     c->route = route ? route->r : R_OTHER;
     c->method = http_req_method_name(r);

@@ -394,17 +394,19 @@ static void on_out(evutil_socket_t fd, short what, void *arg) {
  * has nothing queued on it: the head is read only while no answer is being
  * written), and drops whatever c still sends for LINGER_MS (on_input), so
  * that a client busy sending a body reads the answer rather than a reset. */
-static void refuse(struct http_conn *c, int status, const char *body, const char *method) {
+static void refuse(struct http_conn *c, int status, const char *body, const char *method,
+                   const char *id) {
     bool head = method && !strcmp(method, "HEAD");
-    size_t blen = strlen(body), cap = 256 + blen;
+    size_t blen = strlen(body), cap = 256 + HTTP_REQUEST_ID_MAX + blen;
     c->out = mem_alloc(cap);
     int n = c->out ? snprintf(c->out, cap,
                               "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-                              "Content-Length: %zu\r\nConnection: close\r\n%s\r\n%s",
+                              "Content-Length: %zu\r\nConnection: close\r\n%s%s%s%s\r\n%s",
                               status, reason_phrase(status), blen,
                               status == 401   ? "WWW-Authenticate: Bearer\r\n"
                               : status == 503 ? "Retry-After: 1\r\n"
                                               : "",
+                              *id ? "x-request-id: " : "", id, *id ? "\r\n" : "",
                               head ? "" : body)
                    : -1;
     c->out_len = n > 0 && (size_t)n < cap ? (size_t)n : 0;
@@ -437,13 +439,13 @@ static void admit(struct http_conn *c, struct http_head *h) {
 static void head_check(struct http_conn *c) {
     struct http_server *s = c->server;
     size_t end = http_head_end(c->head, c->head_len, &c->head_scan);
-    char body[REFUSAL_BODY_MAX], why[128];
+    char body[REFUSAL_BODY_MAX], why[128], id[HTTP_REQUEST_ID_MAX] = "";
     if (!end && c->head_len <= HEAD_MAX)
         return; /* more to come */
     if (!end || end > HEAD_MAX) {
         refuse(c, error_body(431, "request_too_large", "the request head is over 64 KiB", body,
                              sizeof body),
-               body, NULL);
+               body, NULL, "");
         return;
     }
     struct http_head h;
@@ -461,10 +463,10 @@ static void head_check(struct http_conn *c) {
     else if (s->limits.head) {
         body[0] = '\0';
         status = s->limits.head(s->limits.head_user, h.method, h.target, &h.headers, body,
-                                sizeof body);
+                                sizeof body, id);
     }
     if (status)
-        refuse(c, status, body, h.method);
+        refuse(c, status, body, h.method, id);
     else
         admit(c, &h);
     http_head_deinit(&h);
@@ -506,7 +508,7 @@ static void head_input(struct http_conn *c, struct evbuffer *in, size_t from) {
         head_check(c);
     else
         refuse(c, error_body(500, "internal_error", "out of memory", body, sizeof body), body,
-               NULL);
+               NULL, "");
 }
 
 static void on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg) {

@@ -230,11 +230,13 @@ class Ledger:
 # --- raw HTTP -------------------------------------------------------------------------
 
 def http_bytes(method, path, body=b"", headers=(), rid=None, length=True):
-    """One HTTP/1.1 request as bytes, `Connection: close`."""
+    """One HTTP/1.1 request as bytes, `Connection: close`, a body sent as JSON."""
     lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", "Connection: close"]
     if rid:
         lines.append(f"x-request-id: {rid}")
     lines += [f"{k}: {v}" for k, v in headers]
+    if body:  # the API takes JSON bodies only (docs/serve.md, Hosts and origins)
+        lines.append("Content-Type: application/json")
     if length and body is not None:
         lines.append(f"Content-Length: {len(body)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
@@ -793,10 +795,10 @@ def corpus():
     framing("bad_request_line", {400}, b"GARBAGE\r\n\r\n")
     framing("header_without_colon", {400}, b"GET /health HTTP/1.1\r\nHost 127.0.0.1\r\n\r\n")
     framing("header_70k", {400}, b"GET /v1/models HTTP/1.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n")
-    framing("unknown_method", {501}, b"BREW /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
-    framing("bad_chunk_size", {400, 413}, b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\nZZZ\r\nabc\r\n0\r\n\r\n")
-    framing("negative_content_length", {400}, b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n"
+    framing("unknown_method", {501}, b"BREW /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n")
+    framing("bad_chunk_size", {400, 413}, b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nZZZ\r\nabc\r\n0\r\n\r\n")
+    framing("negative_content_length", {400}, b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             b"Content-Length: -5\r\n\r\n")
     framing("http_0_9", {400}, b"GET /\r\n\r\n")
     framing("http2_preface", {400}, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
