@@ -216,7 +216,7 @@ static int head(struct api *a, const char *method, const char *target, const cha
     }
     char body[API_CHECK_HEAD_BODY_MAX];
     strcpy(body, "untouched");
-    int status = api_check_head(a, method, target, &h, body, sizeof body, NULL);
+    int status = api_check_head(a, method, target, &h, false, body, sizeof body, NULL);
     evhttp_clear_headers(&h);
     if (!status) {
         cr_expect_str_eq(body, "untouched", "an admission wrote a body");
@@ -400,16 +400,16 @@ Test(api_head, a_small_buffer_gets_a_shorter_document_or_none) {
     TAILQ_INIT(&h);
     evhttp_add_header(&h, "Host", "evil.example");
     char small[200], tiny[8];
-    cr_expect_eq(api_check_head(a, "GET", "/v1/status", &h, small, sizeof small, NULL), 403);
+    cr_expect_eq(api_check_head(a, "GET", "/v1/status", &h, false, small, sizeof small, NULL), 403);
     json_t *doc = json_loads(small, 0, NULL);
     cr_expect_not_null(doc, "%s", small);
     cr_expect_str_eq(json_string_value(json_object_get(json_object_get(doc, "error"), "message")),
                      "refused");
     json_decref(doc);
-    cr_expect_eq(api_check_head(a, "GET", "/v1/status", &h, tiny, sizeof tiny, NULL), 403);
+    cr_expect_eq(api_check_head(a, "GET", "/v1/status", &h, false, tiny, sizeof tiny, NULL), 403);
     cr_expect_str_eq(tiny, "");
-    cr_expect_eq(api_check_head(a, "GET", "/v1/status", &h, NULL, 0, NULL), 403);
-    cr_expect_eq(api_check_head(a, "GET", "/v1/status", NULL, tiny, sizeof tiny, NULL), 400);
+    cr_expect_eq(api_check_head(a, "GET", "/v1/status", &h, false, NULL, 0, NULL), 403);
+    cr_expect_eq(api_check_head(a, "GET", "/v1/status", NULL, false, tiny, sizeof tiny, NULL), 400);
     evhttp_clear_headers(&h);
     api_free(a);
     config_free(cfg);

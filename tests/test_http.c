@@ -213,7 +213,8 @@ struct server_fixture {
 
 /* Refuses targets under /deny with 401, admits the rest. */
 static int test_head(void *user, const char *method, const char *target,
-                     const struct evkeyvalq *headers, char *body, size_t cap, char *id) {
+                     const struct evkeyvalq *headers, bool over_limit, char *body, size_t cap,
+                     char *id) {
     (void)id;
     struct server_fixture *f = user;
     const char *x = evhttp_find_header(headers, "X-Test");
@@ -221,6 +222,11 @@ static int test_head(void *user, const char *method, const char *target,
     snprintf(f->method, sizeof f->method, "%s", method);
     snprintf(f->target, sizeof f->target, "%s", target);
     snprintf(f->x_test, sizeof f->x_test, "%s", x ? x : "");
+    if (over_limit) {
+        snprintf(body, cap, "{\"error\":{\"type\":\"unavailable_error\",\"message\":"
+                 "\"too many connections (limits.max_connections)\"}}");
+        return 503;
+    }
     if (strncmp(target, "/deny", 5))
         return 0;
     snprintf(body, cap, "{\"error\":\"no\"}");
@@ -449,7 +455,7 @@ Test(http_server, past_the_cap_with_none_idle_a_connection_gets_503_unhandled) {
     cr_expect(strstr(out, "\r\nConnection: close\r\n"), "%s", out);
     cr_expect(strstr(out, "limits.max_connections"), "%s", out);
     cr_expect(closed);
-    cr_expect_eq(f.heads, 0, "the hook never saw it");
+    cr_expect_eq(f.heads, 1, "the hook judges it, told it is over the limit");
     say(a, "\r\n"); /* a and b still work */
     say(b, "GET /b HTTP/1.1\r\n\r\n");
     pump(&f, 100);

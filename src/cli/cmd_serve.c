@@ -390,8 +390,9 @@ static struct api_params api_params(struct serve *sv) {
 
 /* The server's head hook: the api's check, before a body is read. */
 static int check_head(void *api, const char *method, const char *target,
-                      const struct evkeyvalq *headers, char *body, size_t cap, char *id) {
-    return api_check_head(api, method, target, headers, body, cap, id);
+                      const struct evkeyvalq *headers, bool over_limit, char *body, size_t cap,
+                      char *id) {
+    return api_check_head(api, method, target, headers, over_limit, body, cap, id);
 }
 
 static struct http_server_params server_params(const struct serve *sv, const struct config *cfg) {

@@ -1859,9 +1859,14 @@ static void record_refusal(struct api *a, const char *method, const char *target
 }
 
 int api_check_head(struct api *a, const char *method, const char *target,
-                   const struct evkeyvalq *headers, char *body, size_t cap, char *id) {
+                   const struct evkeyvalq *headers, bool over_limit, char *body, size_t cap,
+                   char *id) {
     struct head_verdict v;
     check_head(a, method ? method : "", target, headers, &v);
+    if (!v.status && over_limit) {
+        refuse(&v, 503, "too many connections (limits.max_connections)");
+        v.type = "unavailable_error";
+    }
     if (v.status)
         record_refusal(a, method ? method : "", target, headers, &v, id);
     if (!v.status || !cap)

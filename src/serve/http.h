@@ -40,11 +40,14 @@ typedef void (*http_handler_fn)(struct http_req *r, void *user);
  * body[cap]; the server then answers that status itself (Connection: close), reads no body
  * and never calls the handler for that request. method is the request line's (one evhttp
  * knows), target its request-target as sent (still percent-encoded), headers the head's in
- * order; all borrowed for the call. A 401 gets WWW-Authenticate: Bearer. A refusal may
- * name its request in id[HTTP_REQUEST_ID_MAX] (a token; "" = none), sent as x-request-id. */
+ * order; all borrowed for the call. over_limit: the connection is past max_connections and
+ * no idle one could make room (the hook should refuse it, 503, which gets Retry-After: 1).
+ * A 401 gets WWW-Authenticate: Bearer. A refusal may name its request in
+ * id[HTTP_REQUEST_ID_MAX] (a token; "" = none), sent as x-request-id. */
 #define HTTP_REQUEST_ID_MAX 64
 typedef int (*http_head_fn)(void *user, const char *method, const char *target,
-                            const struct evkeyvalq *headers, char *body, size_t cap, char *id);
+                            const struct evkeyvalq *headers, bool over_limit, char *body,
+                            size_t cap, char *id);
 
 struct http_server_params {
     const char *host;           /* address to bind, e.g. "127.0.0.1" */
