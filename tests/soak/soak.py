@@ -1094,8 +1094,6 @@ class Chaos:
             try:
                 status, headers, body, _ = read_response(s, deadline)
                 r.answer(status, headers, body)
-                if status == 503:  # refused at the connection cap by the HTTP layer before the
-                    r.audit = None  # request is read: no request id, no audit line (serve.md)
                 statuses[status] += 1
             except (NoResponse, OSError) as e:
                 r.fail("transport_error", f"flood: {e}")
