@@ -1871,16 +1871,7 @@ int api_check_head(struct api *a, const char *method, const char *target,
         record_refusal(a, method ? method : "", target, headers, &v, id);
     if (!v.status || !cap)
         return v.status;
-    json_t *doc = s1_error_body(v.status, v.type, v.message, NULL);
-    size_t n = doc ? json_dumpb(doc, body, cap - 1, JSON_COMPACT | JSON_PRESERVE_ORDER) : 0;
-    json_decref(doc);
-    if (!n || n > cap - 1) { /* too small a buffer: the status's own words */
-        doc = s1_error_body(v.status, v.type, "refused", NULL);
-        n = doc ? json_dumpb(doc, body, cap - 1, JSON_COMPACT | JSON_PRESERVE_ORDER) : 0;
-        json_decref(doc);
-        n = n > cap - 1 ? 0 : n;
-    }
-    body[n] = '\0';
+    s1_error_dump(v.status, v.type, v.message, body, cap);
     return v.status;
 }
 

@@ -86,6 +86,7 @@
 #include "base/host.h"
 #include "base/mem.h"
 #include "serve/http_head.h"
+#include "serve/s1.h"
 
 #define HARD_BODY_FLOOR (8ull << 20)
 #define SWEEP_MS 250              /* how often read deadlines are checked */
@@ -355,13 +356,10 @@ static const char *reason_phrase(int status) {
     return "Refused";
 }
 
-/* tandem's error shape (s1_error_body) for the refusals the server makes
- * itself; message is a constant without quotes or backslashes. */
+/* tandem's error shape (s1_error_dump) for the refusals the server makes
+ * itself, into body[cap]; returns status. */
 static int error_body(int status, const char *type, const char *message, char *body, size_t cap) {
-    snprintf(body, cap,
-             "{\"error\":{\"code\":%d,\"type\":\"%s\",\"message\":\"%s\"},"
-             "\"detail\":{\"error_type\":\"%s\",\"message\":\"%s\"}}",
-             status, type, message, type, message);
+    s1_error_dump(status, type, message, body, cap);
     return status;
 }
 

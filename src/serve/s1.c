@@ -280,6 +280,22 @@ json_t *s1_error_body(int status, const char *type, const char *message, const c
     return body;
 }
 
+/* One serialization attempt; the bytes written, 0 when it did not fit. */
+static size_t dump_error(int status, const char *type, const char *message, char *out,
+                         size_t cap) {
+    json_t *doc = s1_error_body(status, type, message, NULL);
+    size_t n = doc ? json_dumpb(doc, out, cap - 1, JSON_COMPACT | JSON_PRESERVE_ORDER) : 0;
+    json_decref(doc);
+    return n > cap - 1 ? 0 : n;
+}
+
+void s1_error_dump(int status, const char *type, const char *message, char *out, size_t cap) {
+    size_t n = dump_error(status, type, message, out, cap);
+    if (!n)
+        n = dump_error(status, type, "refused", out, cap);
+    out[n] = '\0';
+}
+
 unsigned s1_max_options(const char *decision_type) {
     return !strcmp(decision_type, "openjev") ? S1_OPENJEV_MAX_CHOICE_OPTIONS : S1_MAX_CHOICE_OPTIONS;
 }

@@ -76,6 +76,12 @@ const char *s1_error_type(int status);
  * memory. Callers may add members to the "error" object afterwards. */
 json_t *s1_error_body(int status, const char *type, const char *message, const char *param);
 
+/* s1_error_body(status, type, message, NULL) serialized (compact, in order)
+ * into out[cap] (cap > 0), NUL-terminated; when it does not fit, the same
+ * document with the message "refused"; "" when out of memory or cap is too
+ * small even for that. */
+void s1_error_dump(int status, const char *type, const char *message, char *out, size_t cap);
+
 /* A key of what an engine's answer to a request body depends on, for the
  * scheduler's repeat check (sched_submit): a 64-bit FNV-1a hash of the
  * compact, key-sorted JSON of the body's "state" (System One), else its
