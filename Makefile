@@ -32,7 +32,7 @@ PYTEST   := $(VENV)/bin/python -m pytest
 # $(call pkg,NAME,DEBIAN-PACKAGE,--cflags|--libs)
 pkg = $(if $(shell pkg-config --exists $(1) && echo yes),$(shell pkg-config $(3) $(1)),$(error $(1) not found by pkg-config: install the Debian package $(2) (or run `make deps`)))
 
-.PHONY: all test unit e2e layers asan fuzz fuzz-merge fuzz-replay fixtures deps venv run bench bench-plan soak clean help mcp-transcript \
+.PHONY: all test check unit e2e layers asan fuzz fuzz-quick fuzz-merge fuzz-replay fixtures deps venv run bench bench-plan soak clean help mcp-transcript \
         install uninstall
 .DEFAULT_GOAL := all
 
@@ -149,12 +149,16 @@ fuzz_keep_len = $(or $(FUZZ_KEEP_LEN_$(1)),$(call fuzz_len,$(1)))
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
 	clang $(CFLAGS_COMMON) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(LIB_CFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
 
-# $(call fuzz_run,NAME): one campaign
+# $(call fuzz_run,NAME): one campaign; with FUZZ_QUIET its output goes to
+# build/fuzz/logs/NAME.log, one line says how it went, a failure shows the end
 define fuzz_run
-	@mkdir -p $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1)
-	$(BUILD)/fuzz/fuzz_$(1) -max_total_time=$(FUZZ_SECONDS) -max_len=$(call fuzz_len,$(1)) -timeout=10 \
+	@mkdir -p $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1) $(BUILD)/fuzz/logs
+	$(if $(FUZZ_QUIET),@)$(BUILD)/fuzz/fuzz_$(1) -max_total_time=$(FUZZ_SECONDS) -max_len=$(call fuzz_len,$(1)) -timeout=10 \
 	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/$(1)- \
-	  $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1) $(BUILD)/fuzz/seeds/$(1)
+	  $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1) $(BUILD)/fuzz/seeds/$(1) \
+	  $(if $(FUZZ_QUIET),> $(BUILD)/fuzz/logs/$(1).log 2>&1 && echo "fuzz: $(1): $$(grep -o 'Done [0-9]* runs in [0-9]* second' \
+	  $(BUILD)/fuzz/logs/$(1).log), no failure" || { tail -n 40 $(BUILD)/fuzz/logs/$(1).log; \
+	  echo "fuzz: $(1) failed: build/fuzz/logs/$(1).log, the input in build/fuzz/crashes/" >&2; exit 1; })
 
 endef
 
@@ -282,22 +286,65 @@ layers:
 	@$(PYTHON) scripts/check-layers.py --self-test
 	@$(PYTHON) scripts/check-layers.py
 
+# Each part of `make test` and `make check` leaves a JUnit file in RESULTS;
+# scripts/test-report.py ends the run with their counts, the wall time and the
+# slowest end-to-end tests (docs/testing.md).
+RESULTS := $(BUILD)/test-results
 unit: $(BUILD)/tests/unit
-	$(BUILD)/tests/unit
+	@mkdir -p $(RESULTS)
+	$(BUILD)/tests/unit --xml=$(RESULTS)/unit.xml
+
+# The end-to-end suite (docs/testing.md): first every test not marked `alone`,
+# spread over E2E_JOBS pytest-xdist workers of one CPU each, then the `alone`
+# tests one at a time on the idle machine. E2E narrows it (a file, a -k ...);
+# E2E_MARK adds a marker expression (make check: quick).
+E2E_JOBS ?= 2
+E2E      ?= tests/e2e
+# $(call e2e_run,TANDEM-BINARY,ENV): both parts; pytest's 5 is "nothing selected"
+define e2e_run
+	@mkdir -p $(RESULTS) && rm -f $(RESULTS)/e2e*.xml
+	$(2) TANDEM_BIN=$(abspath $(1)) $(PYTEST) $(E2E) -m "not alone$(if $(E2E_MARK), and $(E2E_MARK))" \
+	  -n $(E2E_JOBS) --dist loadgroup --no-loadscope-reorder --junitxml=$(RESULTS)/e2e.xml
+	$(2) TANDEM_BIN=$(abspath $(1)) $(PYTEST) $(E2E) -m "alone$(if $(E2E_MARK), and $(E2E_MARK))" \
+	  --junitxml=$(RESULTS)/e2e-alone.xml || [ $$? -eq 5 ]
+endef
 
 e2e: $(BUILD)/tandem $(BUILD)/tests/prom_dump venv
-	TANDEM_BIN=$(abspath $(BUILD)/tandem) $(PYTEST) tests/e2e
+	$(call e2e_run,$(BUILD)/tandem,)
 
 fixtures: $(BUILD)/tandem
 	@scripts/make-fixtures.sh $(abspath $(BUILD)/tandem)
 
+# Every fuzz target for FUZZ_QUICK_SECONDS from its corpus (and the seeds), so
+# that a change which breaks a harness's invariant fails in the change that made
+# it; `make fuzz` is the long campaign.
+FUZZ_QUICK_SECONDS ?= 5
+fuzz-quick:
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_QUICK_SECONDS) FUZZ_QUIET=1
+
+# `make test`: everything, from whatever is missing; its budget is 10 minutes
+# warm on two cores (docs/testing.md). `make check` is the quick tier.
 test: deps
+	@mkdir -p $(RESULTS) && rm -f $(RESULTS)/*.xml && date +%s > $(RESULTS)/started
 	@$(MAKE) --no-print-directory layers
-	@$(MAKE) --no-print-directory all $(BUILD)/tests/unit
+	@$(MAKE) --no-print-directory -j2 all $(BUILD)/tests/unit $(BUILD)/tests/prom_dump \
+	  $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/replay_%) $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz_%)
 	@$(MAKE) --no-print-directory fixtures
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory fuzz-replay
+	@$(MAKE) --no-print-directory fuzz-quick
 	@$(MAKE) --no-print-directory e2e
+	@$(VENV)/bin/python scripts/test-report.py --started $$(cat $(RESULTS)/started) $(RESULTS)/*.xml
+
+check: venv
+	@mkdir -p $(RESULTS) && rm -f $(RESULTS)/*.xml && date +%s > $(RESULTS)/started
+	@$(MAKE) --no-print-directory layers
+	@$(MAKE) --no-print-directory -j2 all $(BUILD)/tests/unit $(BUILD)/tests/prom_dump \
+	  $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/replay_%)
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory fuzz-replay
+	@$(MAKE) --no-print-directory e2e E2E_MARK=quick
+	@$(VENV)/bin/python scripts/test-report.py --started $$(cat $(RESULTS)/started) $(RESULTS)/*.xml
 
 # The unit tests, the fuzz corpora (tests/fuzz/replay.c), then the whole
 # end-to-end suite driving an instrumented build/asan/tandem (the engine is not
@@ -308,7 +355,7 @@ asan: $(BUILD)/asan/tests/unit $(BUILD)/asan/tandem $(BUILD)/tests/prom_dump \
       $(FUZZ_NAMES:%=$(BUILD)/asan/tests/fuzz/replay_%) venv
 	$(ASAN_ENV) $(BUILD)/asan/tests/unit
 	@for t in $(FUZZ_NAMES); do $(ASAN_ENV) $(BUILD)/asan/tests/fuzz/replay_$$t tests/fuzz/corpus/$$t || exit 1; done
-	$(ASAN_ENV) TANDEM_BIN=$(abspath $(BUILD)/asan/tandem) $(PYTEST) tests/e2e
+	$(call e2e_run,$(BUILD)/asan/tandem,$(ASAN_ENV))
 
 # The embedded default: examples/demo.yaml's decide-then-verify pipeline on
 # the shipped request, through `tandem decide`, which starts a private daemon

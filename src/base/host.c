@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <ftw.h>
+#include <sched.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -68,6 +69,14 @@ tandem_err host_memory_read(struct host_memory *out) {
         return TANDEM_ERR_IO;
     text[n] = '\0';
     return host_memory_parse(text, out);
+}
+
+unsigned host_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return (unsigned)CPU_COUNT(&set);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? (unsigned)online : 1;
 }
 
 int64_t host_now_ms(void) {

@@ -28,6 +28,11 @@ tandem_err host_memory_read(struct host_memory *out);
  * process is gone), TANDEM_ERR_NOTFOUND when no line has field. */
 tandem_err host_proc_field(long pid, const char *file, const char *field, uint64_t *out);
 
+/* The number of CPUs this process may run on: its affinity mask (taskset,
+ * a cgroup cpuset, systemd's CPUAffinity=), else the CPUs online; at least 1.
+ * Engines given more threads than this spin against each other. */
+unsigned host_cpus(void);
+
 /* Milliseconds on the monotonic clock (CLOCK_MONOTONIC): for deadlines and
  * durations, never for wall time. */
 int64_t host_now_ms(void);

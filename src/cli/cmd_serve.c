@@ -260,8 +260,7 @@ static int plan_placement(struct serve *sv, struct sched_model_spec *specs) {
     struct plan_model *local_pm[PLACE_MAX_MODELS];
     for (size_t k = 0; k < sv->n_local; k++)
         local_pm[k] = sv->pm[sv->local[k]];
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    placement_threads(&r->best, local_pm, sv->n_local, cores > 0 ? (uint32_t)cores : 1,
+    placement_threads(&r->best, local_pm, sv->n_local, host_cpus(),
                       sv->simulated, sv->cfg->clients, threads);
     for (size_t k = 0; k < sv->n_local; k++)
         apply_slot(sv, sv->local[k], k, &r->best.slot[k], threads[k], &specs[k]);

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/host.h"
 #include "base/mem.h"
 #include "engine/engine.h"
 
@@ -40,8 +41,9 @@ uint32_t engine_imatrix_chunk(uint64_t n_tokens, uint32_t ctx_train) {
 }
 
 tandem_err engine_imatrix_run(const struct engine_imatrix_params *p, char *err, size_t errlen) {
-    char chunk[16];
+    char chunk[16], threads[16];
     snprintf(chunk, sizeof chunk, "%u", p->chunk);
+    snprintf(threads, sizeof threads, "%u", host_cpus()); /* its default ignores affinity */
     char *argv[32];
     int n = 0;
     argv[n++] = (char *)p->tool;
@@ -61,6 +63,8 @@ tandem_err engine_imatrix_run(const struct engine_imatrix_params *p, char *err, 
     argv[n++] = chunk;
     argv[n++] = "-ub";
     argv[n++] = chunk;
+    argv[n++] = "-t";
+    argv[n++] = threads;
     if (p->no_add_eos) {
         argv[n++] = "--override-kv";
         argv[n++] = "tokenizer.ggml.add_eos_token=bool:false";

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/cache.h"
+#include "base/host.h"
 #include "plan/footprint.h"
 
 #define FIELDS(X)                                                                             \
@@ -149,8 +150,7 @@ static double file_flops(const char *path, int64_t build) {
 #define MAX_CALIBRATION 256
 
 static double default_cpu_flops(void) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    return COST_CPU_FLOPS_PER_CORE * (double)(cores > 0 ? cores : 1);
+    return COST_CPU_FLOPS_PER_CORE * (double)host_cpus();
 }
 
 double cost_cpu_flops(int64_t build, bool use_measured, bool *measured) {

@@ -1413,6 +1413,7 @@ static void handle_ui(struct call *c) {
         http_req_add_header(c->r, "X-Content-Type-Options", "nosniff");
         http_req_add_header(c->r, "Content-Security-Policy", UI_CSP);
         bool fresh = seen && strstr(seen, f->etag);
+        add_common_headers(c);
         http_req_reply(c->r, fresh ? 304 : 200, f->type, fresh ? NULL : f->data,
                        fresh ? 0 : f->len);
         c->answered = true;

@@ -18,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+# the suite's markers, scheduling, CPU pinning and leftover check (docs/testing.md)
+from suite import (pytest_collection_modifyitems, pytest_configure,  # noqa: F401
+                   pytest_runtest_setup, pytest_runtest_teardown, pytest_sessionfinish)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -76,6 +80,11 @@ def gemma3_path():
 def tandem_bin():
     path = Path(os.environ.get("TANDEM_BIN", ROOT / "build" / "tandem"))
     return require(path, "run `make`")
+
+
+def cpus():
+    """The CPUs this test may use: one under pytest-xdist (tests/e2e/suite.py)."""
+    return len(os.sched_getaffinity(0))
 
 
 def free_port():
@@ -142,6 +151,8 @@ class LlamaServer:
         self.log_path = log_path
         self.argv = [str(engine), "-m", str(model), "--host", "127.0.0.1",
                      "--port", str(self.port), "-c", str(ctx), "-ngl", "0", "-fit", "off",
+                     # as many threads as this worker has CPUs (its default ignores affinity)
+                     "-t", str(cpus()), "-tb", str(cpus()),
                      "-lv", "4", "--no-log-timestamps", "--no-log-prefix", *extra_args]
         self.proc = None
 

@@ -20,6 +20,8 @@ import pytest
 from conftest import http
 from test_serve import A, config, error_shape, wait_for
 
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
+
 
 @pytest.fixture
 def tiny_fs(tmp_path):

@@ -4,7 +4,11 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from conftest import PINS
+
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
 
 
 def run(tandem_bin, *args, env=None):

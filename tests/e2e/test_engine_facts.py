@@ -6,7 +6,10 @@ update cannot silently break tandem's planning or API assumptions.
 import re
 import subprocess
 
+import pytest
 from conftest import PINS, http
+
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
 
 
 def test_version_reports_the_pinned_build_and_commit(engine_path):

@@ -5,8 +5,11 @@ Start the cached llama-server on SmolLM2-135M on a free loopback port, wait for
 it cleanly with SIGTERM. This proves the toolchain before the daemon exists.
 """
 import openai
+import pytest
 
 from conftest import LlamaServer
+
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
 
 
 def test_engine_answers_a_chat_completion_and_stops_cleanly(engine_path, smollm2_path, tmp_path):

@@ -11,6 +11,8 @@ import pytest
 
 from conftest import ENGINE_SRC, LlamaServer, fixture_path, http, ROOT
 
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
+
 REQUEST = {
     "state": "A customer writes: my package never arrived and I want my money back.",
     "questions": {

@@ -1,17 +1,23 @@
 """tandem's GGUF reader and writer against the reference: the Python gguf package
 (0.19.0) on real files, and the real llama-server loading what `tandem gguf set` wrote."""
+import hashlib
+import importlib.metadata
 import json
 import math
+import os
 import subprocess
 from pathlib import Path
 
 import gguf
 import pytest
 
-from conftest import ENGINE, PINS, LlamaServer, http
+from conftest import ENGINE, PINS, LlamaServer, cache_root, http
+
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
 
 VOCAB_DIR = ENGINE.parent.parent / "src" / "models"
 VOCABS = sorted(VOCAB_DIR.glob("ggml-vocab-*.gguf"))
+GGUF_PY_VERSION = importlib.metadata.version("gguf")
 
 
 def tandem(tandem_bin, *args, check=True):
@@ -50,6 +56,22 @@ def reference_value(field):
 
 
 def reference_dump(path):
+    """gguf-py's reading of the file at path. Reading a vocabulary of 260k tokens
+    takes gguf-py about a minute, so what it read of a file is kept in the cache
+    under the file's SHA-256 and gguf-py's version, and read again from there."""
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    kept = cache_root() / "gguf-py" / f"{GGUF_PY_VERSION}-{digest}.json"
+    if kept.exists():
+        return json.loads(kept.read_text())
+    ref = read_with_gguf_py(path)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    part = kept.with_suffix(f".{os.getpid()}.tmp")
+    part.write_text(json.dumps(ref))
+    part.replace(kept)
+    return ref
+
+
+def read_with_gguf_py(path):
     r = gguf.GGUFReader(str(path))
     kvs = [{"key": k, "type": f.types[0].name, "value": reference_value(f),
             **({"elem_type": f.types[-1].name} if f.types[0] == gguf.GGUFValueType.ARRAY else {})}

@@ -19,6 +19,8 @@ import pytest
 
 from conftest import PINS, ROOT, SANITIZER_REPORT, cache_root
 
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
+
 PREFIX = "/usr/local"
 
 # What `make install PREFIX=/usr/local` writes, relative to DESTDIR.

@@ -16,6 +16,8 @@ from typesafe_sdk import TypeSafeClient
 
 from conftest import fixture_path, free_port, http
 
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
+
 A, B = "smollm2-decider", "gemma3-decider"
 LONG = "The build farm swaps, the queue grows and every job waits for memory. " * 40
 

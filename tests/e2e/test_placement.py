@@ -168,7 +168,9 @@ def test_a_cpu_verifier_serves_50_pipelines_without_a_load(serve_factory):
     args_a, args_b = argv(a["pid"]), argv(b["pid"])
     assert flag(args_a, "-ngl") == str(a["ngl"]) == "31" and "--device" not in args_a
     assert flag(args_b, "-ngl") == "0" and flag(args_b, "--device") == "none"
-    cores = str(os.cpu_count())  # simulated: both compute on the CPU, one request at a time
+    # simulated: both compute on the CPU, one request at a time; tandem splits the CPUs it
+    # may run on (its affinity: one per pytest-xdist worker, docs/testing.md)
+    cores = str(len(os.sched_getaffinity(0)))
     for args in (args_a, args_b):
         assert flag(args, "-t") == flag(args, "-tb") == cores
     assert a["threads"] == b["threads"] == int(cores)

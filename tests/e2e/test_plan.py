@@ -12,6 +12,8 @@ import pytest
 
 from conftest import MODELS, PINS, LlamaServer, fixture_path
 
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
+
 GIB = 1 << 30
 MIB = 1 << 20
 PARTS = ("weights", "kv", "recurrent", "compute", "output", "overhead")

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
+
 ROOT = Path(__file__).resolve().parents[2]
 PROM_DUMP = Path(os.environ.get("TANDEM_PROM_DUMP", ROOT / "build" / "tests" / "prom_dump"))
 

@@ -7,8 +7,11 @@ import os
 import subprocess
 import urllib.request
 
+import pytest
 from conftest import free_port
 from test_serve import A, B, choice, config, wait_for
+
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
 
 
 def tandem(tandem_bin, *args, env=None):

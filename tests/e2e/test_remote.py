@@ -17,6 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import FIXTURES, ROOT, fixture_path, http
 from fleet import get, metric, post
 
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
+
 A, B = "smollm2-decider", "gemma3-decider"
 NODE_GAUGES = ("tandem_requests_waiting", "tandem_requests_running", "tandem_slots_busy_ratio",
                "tandem_queue_capacity", "tandem_ready")

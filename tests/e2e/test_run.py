@@ -16,6 +16,8 @@ import pytest
 
 from conftest import MODELS, PINS, fixture_path, http_unix
 
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
+
 NOUL = {"state": "The disk is 97% full and the nightly backup failed.",
         "questions": {"urgent": {"type": "noul", "instructions": "Does this need action today?"}}}
 

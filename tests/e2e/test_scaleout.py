@@ -450,6 +450,7 @@ models:
     assert_clean(s.log())
 
 
+@pytest.mark.alone  # bounds wall-clock time
 def test_deadline_header_504_before_a_load(solo):
     auth = {"Authorization": f"Bearer {KEY}"}
     req = choice("The disk is 97% full.", model="gemma3-decider")
@@ -576,6 +577,7 @@ def test_unreachable_upstream_at_start_is_remote_and_503(mixed):
                   reason="no_upstream") == 1
 
 
+@pytest.mark.alone  # bounds wall-clock time
 def test_slow_upstream_does_not_delay_a_local_model(mixed):
     wait_until(lambda: metric(get(mixed.url + "/metrics")[1], "tandem_upstream_up",
                               model="slow", upstream=mixed.slow.url) == 1, 5, "slow upstream up")

@@ -29,6 +29,8 @@ from conftest import free_port, http
 from test_serve import A, B, choice, config
 from test_ui import CHROMEDRIVER, css, row_state, wait
 
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
+
 try:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service

@@ -17,7 +17,10 @@ import socket
 import threading
 import time
 
+import pytest
 from conftest import Serve, fixture_path, http
+
+pytestmark = pytest.mark.quick  # in `make check` (docs/testing.md)
 
 KEY = "limits-test-key"
 MODEL = "smollm2-decider"

@@ -190,6 +190,7 @@ def test_rotation_groups_alternating_clients(serve_factory):
     assert sum(m["state"] == "resident" for m in s.status()["models"]) <= 1
 
 
+@pytest.mark.alone  # bounds wall-clock time
 def test_deadline_while_other_model_busy_gives_504_on_time(serve_factory):
     s = serve_factory(config("400MiB", limits="  queue_depth: 8"))
     assert s.systemone(choice("warm", A))[0] == 200
@@ -322,6 +323,7 @@ def dribble_until_closed(sock, data, every=0.25, limit=10):
             return time.time() - t0
 
 
+@pytest.mark.alone  # bounds wall-clock time
 def test_slow_headers_are_cut_at_the_header_timeout(serve_factory):
     """libevent's read timeout restarts with each byte; the header timeout
     must bound the whole read (slowloris), and after an answer on a kept-alive
