@@ -61,6 +61,20 @@ def fixture_path(name):
     return require(FIXTURES / name, "run `make fixtures` (scripts/make-fixtures.sh)")
 
 
+# Where a test counts loads and answers, never numbers, a tiny fixture stands in for a real
+# one under the real one's name: the same daemon paths for a fraction of the compute
+# (docs/testing.md). laya-tiny is an encoder: its whole prompt is one 512-token batch.
+TINY_STAND_IN = {"smollm2-decider": ("kev-tiny.gguf", "ctx: 1024"),
+                 "gemma3-decider": ("laya-tiny.gguf", "ctx: 512\n    batch: 512\n    ubatch: 512")}
+
+
+def model_file(name, tiny=False):
+    """(path, engine keys as YAML lines at 4 spaces) of fixture `name`, with ctx 2048, or with
+    tiny=True of its stand-in in TINY_STAND_IN."""
+    file, keys = TINY_STAND_IN[name] if tiny else (name + ".gguf", "ctx: 2048")
+    return fixture_path(file), keys
+
+
 @pytest.fixture(scope="session")
 def engine_path():
     return require(ENGINE, "run `make deps` (scripts/build-engine.sh)")

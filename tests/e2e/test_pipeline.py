@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import fixture_path, http
+from conftest import fixture_path, http, model_file
 
 A, B = "smollm2-decider", "gemma3-decider"
 REQUEST = {
@@ -29,7 +29,8 @@ OTHER = {**REQUEST, "state": "The disk is 40% full and every job finishes on tim
 
 
 def config(budget="2GiB", threshold=">= 0", on_reject="next_best", max_attempts=3,
-           escalate="", extra_pipelines="", scheduling=""):
+           escalate="", extra_pipelines="", scheduling="", tiny=False):
+    (path_a, keys_a), (path_b, keys_b) = model_file(A, tiny), model_file(B, tiny)
     return f"""budget:
   ram: {budget}
 limits:
@@ -37,14 +38,14 @@ limits:
 {scheduling}
 models:
   {A}:
-    path: {fixture_path(A + '.gguf')}
+    path: {path_a}
     aliases: [decider]
-    ctx: 2048
+    {keys_a}
     keep_alive: forever
   {B}:
-    path: {fixture_path(B + '.gguf')}
+    path: {path_b}
     aliases: [verifier]
-    ctx: 2048
+    {keys_b}
     keep_alive: forever
 pipelines:
   ops:
@@ -333,7 +334,7 @@ def test_deterministic_across_two_daemons(serve_factory):
 # --- residency ------------------------------------------------------------------------------------
 
 def test_resident_budget_100_pipelines_cause_no_load_after_warm_up(serve_factory):
-    s = serve_factory(config("2GiB"))
+    s = serve_factory(config("2GiB", tiny=True))
     assert run(s)[0] == 200
     assert s.loads() == {A: 1, B: 1}
     results = []

@@ -18,12 +18,13 @@ from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 from typesafe_sdk import TypeSafeClient
 
-from conftest import fixture_path, http, http_raw
+from conftest import fixture_path, http, http_raw, model_file
 
 A, B = "smollm2-decider", "gemma3-decider"
 
 
-def config(budget="2GiB", extra="", a_extra="", limits=""):
+def config(budget="2GiB", extra="", a_extra="", limits="", tiny=False):
+    (path_a, keys_a), (path_b, keys_b) = model_file(A, tiny), model_file(B, tiny)
     return f"""budget:
   ram: {budget}
 defaults:
@@ -34,15 +35,15 @@ limits:
 {extra}
 models:
   {A}:
-    path: {fixture_path(A + '.gguf')}
+    path: {path_a}
     aliases: [decider]
-    ctx: 2048
+    {keys_a}
     flash_attn: false
 {a_extra}
   {B}:
-    path: {fixture_path(B + '.gguf')}
+    path: {path_b}
     aliases: [verifier]
-    ctx: 2048
+    {keys_b}
     flash_attn: false
 """
 
@@ -157,7 +158,7 @@ def test_request_id_echoed_or_generated(serve_factory):
 # --- residency ---------------------------------------------------------------------------------
 
 def test_both_resident_200_alternating_requests_zero_loads(serve_factory):
-    s = serve_factory(config("2GiB"))
+    s = serve_factory(config("2GiB", tiny=True))
     for m in (A, B):
         assert s.systemone(choice("warm", m))[0] == 200
     assert s.loads() == {A: 1, B: 1}
