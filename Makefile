@@ -42,6 +42,9 @@ help:
 	@echo "make            build build/tandem"
 	@echo "make test       install what is missing, check the include layers, build, run unit tests,"
 	@echo "                replay the fuzz corpora, run end-to-end tests"
+	@echo "make check      the quick tier: layers, unit tests, fuzz replays, end-to-end tests marked quick"
+	@echo "                (docs/testing.md); make test is the gate"
+	@echo "make e2e        the end-to-end suite (E2E=FILE narrows it, E2E_JOBS workers, default 2)"
 	@echo "make layers     check that no include in src/ goes up a layer (docs/architecture.md, Layers)"
 	@echo "make run        install, build, run the decide-then-verify demo (examples/demo.yaml)"
 	@echo "make asan       unit tests, fuzz corpora, then the end-to-end suite, under AddressSanitizer + UBSan"
@@ -50,6 +53,7 @@ help:
 	@echo "                (FUZZ_TARGETS picks some)"
 	@echo "make fuzz-merge minimise the campaigns' corpora into tests/fuzz/corpus/<target>/"
 	@echo "make fuzz-replay replay tests/fuzz/corpus/ through every target without libFuzzer (part of make test)"
+	@echo "make fuzz-quick every fuzz target for FUZZ_QUICK_SECONDS (default 3) (part of make test)"
 	@echo "make deps       system packages, pinned engine (CUDA=1 for a CUDA build), test models, venv"
 	@echo "make fixtures   build the decision-model fixtures into ~/.cache/tandem/fixtures"
 	@echo "make bench      benchmarks; tables land in docs/"
@@ -149,16 +153,21 @@ fuzz_keep_len = $(or $(FUZZ_KEEP_LEN_$(1)),$(call fuzz_len,$(1)))
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
 	clang $(CFLAGS_COMMON) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(LIB_CFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
 
-# $(call fuzz_run,NAME): one campaign; with FUZZ_QUIET its output goes to
-# build/fuzz/logs/NAME.log, one line says how it went, a failure shows the end
+# $(call fuzz_run,NAME): one campaign
 define fuzz_run
-	@mkdir -p $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1) $(BUILD)/fuzz/logs
-	$(if $(FUZZ_QUIET),@)$(BUILD)/fuzz/fuzz_$(1) -max_total_time=$(FUZZ_SECONDS) -max_len=$(call fuzz_len,$(1)) -timeout=10 \
+	@mkdir -p $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1)
+	$(BUILD)/fuzz/fuzz_$(1) -max_total_time=$(FUZZ_SECONDS) -max_len=$(call fuzz_len,$(1)) -timeout=10 \
 	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/$(1)- \
-	  $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1) $(BUILD)/fuzz/seeds/$(1) \
-	  $(if $(FUZZ_QUIET),> $(BUILD)/fuzz/logs/$(1).log 2>&1 && echo "fuzz: $(1): $$(grep -o 'Done [0-9]* runs in [0-9]* second' \
-	  $(BUILD)/fuzz/logs/$(1).log), no failure" || { tail -n 40 $(BUILD)/fuzz/logs/$(1).log; \
-	  echo "fuzz: $(1) failed: build/fuzz/logs/$(1).log, the input in build/fuzz/crashes/" >&2; exit 1; })
+	  $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1) $(BUILD)/fuzz/seeds/$(1)
+
+endef
+
+# $(call fuzz_quick_run,NAME): a campaign of FUZZ_QUICK_SECONDS whose output goes to
+# build/fuzz/logs/NAME.log; one line says how it went, a failure shows the log's end
+define fuzz_quick_run
+	@mkdir -p $(BUILD)/fuzz/corpus/$(1) $(BUILD)/fuzz/logs
+	@$(BUILD)/fuzz/fuzz_$(1) -max_total_time=$(FUZZ_QUICK_SECONDS) -max_len=$(call fuzz_len,$(1)) -timeout=10 -rss_limit_mb=4096 -artifact_prefix=$(BUILD)/fuzz/crashes/$(1)- $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1) $(BUILD)/fuzz/seeds/$(1) > $(BUILD)/fuzz/logs/$(1).log 2>&1 || { tail -n 40 $(BUILD)/fuzz/logs/$(1).log; echo "fuzz-quick: $(1) failed: $(BUILD)/fuzz/logs/$(1).log; the input is in $(BUILD)/fuzz/crashes/" >&2; exit 1; }
+	@echo "fuzz-quick: $(1): $$(grep -o 'Done [0-9]* runs' $(BUILD)/fuzz/logs/$(1).log) in $(FUZZ_QUICK_SECONDS) s, no failure"
 
 endef
 
@@ -318,9 +327,11 @@ fixtures: $(BUILD)/tandem
 # Every fuzz target for FUZZ_QUICK_SECONDS from its corpus (and the seeds), so
 # that a change which breaks a harness's invariant fails in the change that made
 # it; `make fuzz` is the long campaign.
-FUZZ_QUICK_SECONDS ?= 5
-fuzz-quick:
-	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_QUICK_SECONDS) FUZZ_QUIET=1
+FUZZ_QUICK_SECONDS ?= 3
+fuzz-quick: $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz_%) venv
+	@$(VENV)/bin/python tests/fuzz/make_seeds.py $(BUILD)/fuzz/seeds
+	@mkdir -p $(BUILD)/fuzz/crashes
+	$(foreach t,$(FUZZ_NAMES),$(call fuzz_quick_run,$(t)))
 
 # `make test`: everything, from whatever is missing; its budget is 10 minutes
 # warm on two cores (docs/testing.md). `make check` is the quick tier.

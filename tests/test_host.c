@@ -1,5 +1,6 @@
-/* Unit tests for host: strict /proc/meminfo parsing. */
+/* Unit tests for host: strict /proc/meminfo parsing, the CPU count, clocks. */
 #include <criterion/criterion.h>
+#include <sched.h>
 
 #include "base/host.h"
 
@@ -45,4 +46,19 @@ Test(host, wall_after_ms_is_a_normalized_time_that_far_ahead) {
         cr_assert(at >= lo - 1 && at <= hi + 1, "ms %lld: %lld not in [%lld, %lld]",
                   (long long)ms, (long long)at, (long long)lo, (long long)hi);
     }
+}
+
+/* Criterion runs each test in its own process, so narrowing this one's mask
+ * leaves the others alone. */
+Test(host, cpus_counts_the_affinity_mask) {
+    cpu_set_t all, one;
+    cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
+    cr_assert_eq(host_cpus(), (unsigned)CPU_COUNT(&all));
+    int first = 0;
+    while (!CPU_ISSET(first, &all))
+        first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    cr_assert_eq(host_cpus(), 1);
 }
