@@ -14,7 +14,10 @@ CUDA    ?=
 PYTHON  ?= python3
 
 BUILD   := build
-CFLAGS_COMMON := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP -iquote src -iquote $(BUILD)/gen
+# -ffile-prefix-map: the same sources give the same binary in any checkout, so the fixtures,
+# keyed by the binary (scripts/make-fixtures.sh), are reused by a clean clone of the same commit
+CFLAGS_COMMON := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP -iquote src -iquote $(BUILD)/gen \
+                 -ffile-prefix-map=$(CURDIR)=.
 # Library flags are expanded only inside recipes, after `make deps` had its chance.
 LIBS_PC    = jansson:libjansson-dev libcrypto:libssl-dev libfyaml:libfyaml-dev libevent:libevent-dev \
              libcurl:libcurl4-openssl-dev libzstd:libzstd-dev
@@ -335,8 +338,13 @@ fuzz-quick: $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz_%) venv
 
 # `make test`: everything, from whatever is missing; its budget is 10 minutes
 # warm on two cores (docs/testing.md). `make check` is the quick tier.
+# $(call tests_begin) and $(call tests_end,BUDGET-SECONDS): the clock and the report
+tests_begin = @mkdir -p $(RESULTS) && rm -f $(RESULTS)/*.xml && date +%s > $(RESULTS)/started
+tests_end = @$(VENV)/bin/python scripts/test-report.py --started $$(cat $(RESULTS)/started) \
+	  --budget $(1) $(RESULTS)/*.xml
+
 test: deps
-	@mkdir -p $(RESULTS) && rm -f $(RESULTS)/*.xml && date +%s > $(RESULTS)/started
+	$(call tests_begin)
 	@$(MAKE) --no-print-directory layers
 	@$(MAKE) --no-print-directory -j2 all $(BUILD)/tests/unit $(BUILD)/tests/prom_dump \
 	  $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/replay_%) $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz_%)
@@ -345,17 +353,17 @@ test: deps
 	@$(MAKE) --no-print-directory fuzz-replay
 	@$(MAKE) --no-print-directory fuzz-quick
 	@$(MAKE) --no-print-directory e2e
-	@$(VENV)/bin/python scripts/test-report.py --started $$(cat $(RESULTS)/started) $(RESULTS)/*.xml
+	$(call tests_end,600)
 
 check: venv
-	@mkdir -p $(RESULTS) && rm -f $(RESULTS)/*.xml && date +%s > $(RESULTS)/started
+	$(call tests_begin)
 	@$(MAKE) --no-print-directory layers
 	@$(MAKE) --no-print-directory -j2 all $(BUILD)/tests/unit $(BUILD)/tests/prom_dump \
 	  $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/replay_%)
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory fuzz-replay
 	@$(MAKE) --no-print-directory e2e E2E_MARK=quick
-	@$(VENV)/bin/python scripts/test-report.py --started $$(cat $(RESULTS)/started) $(RESULTS)/*.xml
+	$(call tests_end,180)
 
 # The unit tests, the fuzz corpora (tests/fuzz/replay.c), then the whole
 # end-to-end suite driving an instrumented build/asan/tandem (the engine is not

@@ -216,7 +216,7 @@ def test_a_subscriber_that_never_reads_is_dropped_and_memory_stays_bounded(serve
 
 
 def test_a_pipeline_publishes_its_verdict(serve_factory):
-    s = serve_factory(pipeline_config())
+    s = serve_factory(pipeline_config(tiny=True))
     st = Stream(s.url)
     status, body = http_call("POST", s.url + "/v1/pipelines/ops", PIPELINE_REQUEST, timeout=300)
     assert status == 200, body

@@ -177,7 +177,7 @@ def test_no_resend_when_the_deadline_leaves_no_time(serve_factory):
 
 def test_a_pipeline_stage_is_resent(serve_factory):
     from test_pipeline import config as pipeline_config
-    s = serve_factory(pipeline_config())
+    s = serve_factory(pipeline_config(tiny=True))
     warm = http("POST", s.url + "/v1/pipelines/ops", REQUEST, timeout=120)
     assert warm[0] == 200, warm
     pid = s.model(B)["pid"]

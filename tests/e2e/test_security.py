@@ -263,7 +263,7 @@ def test_forged_readiness_of_a_private_daemon_is_ignored(tandem_bin, tmp_path):
     key, secret = "k-forge-9f2c41", "SECRET-STATE-7d1e"
     cfg = tmp_path / "tandem.yaml"
     cfg.write_text(f"listen: 127.0.0.1:1\napi_keys: [{key}]\nlogs:\n  dir: {tmp_path}/logs\n"
-                   + pipeline_config())
+                   + pipeline_config(tiny=True))
     req = tmp_path / "req.json"
     req.write_text(json.dumps({**REQUEST, "state": REQUEST["state"] + " " + secret}))
     forger = subprocess.Popen([*NOBODY, "/usr/bin/python3", "-c", FORGER, "600"],
