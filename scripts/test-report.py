@@ -7,7 +7,7 @@ and where the time went (docs/testing.md).
         wall time since EPOCH_S against the budget and the 10 slowest
         end-to-end tests; exits 1 when a part has a failure or an error.
     test-report.py --update tests/e2e/durations.json RESULTS...
-        writes the measured seconds per end-to-end file and per test, which
+        writes the measured seconds per end-to-end file, which
         tests/e2e/suite.py uses to hand out the longest files first.
 """
 import argparse
@@ -62,19 +62,16 @@ def summary(paths, started, budget):
 
 
 def update(target, paths):
-    files, tests = {}, {}
+    files = {}
     for path in paths:
         for name, seconds, _ in cases(path):
-            nodeid = e2e_nodeid(name)
-            file = Path(nodeid.split("::")[0]).name
+            file = Path(e2e_nodeid(name).split("::")[0]).name
             files[file] = round(files.get(file, 0) + seconds, 1)
-            tests[nodeid] = round(seconds, 1)
     Path(target).write_text(json.dumps({
-        "about": "seconds per end-to-end file and test, measured by the last "
+        "about": "seconds per end-to-end file, the sum of its tests' times in the last "
                  "`scripts/test-report.py --update` (docs/testing.md)",
-        "files": dict(sorted(files.items(), key=lambda kv: -kv[1])),
-        "tests": dict(sorted(tests.items()))}, indent=1) + "\n")
-    print(f"test report: {target}: {len(files)} files, {len(tests)} tests")
+        "files": dict(sorted(files.items(), key=lambda kv: -kv[1]))}, indent=1) + "\n")
+    print(f"test report: {target}: {len(files)} files")
     return 0
 
 

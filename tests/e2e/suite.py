@@ -6,10 +6,9 @@ conftest.py takes these hooks; nothing here is a test.
   `make e2e` runs those after the others, one at a time, on an idle machine.
   `quick` marks the tests of `make check`.
 - Scheduling under pytest-xdist (`--dist loadgroup`): a module is one group,
-  so its module-scoped daemons and engines start once, on one worker, unless
-  the module sets `SPLIT = True` (its tests share nothing and spread over the
-  workers one by one). Groups go out longest first, by the seconds in
-  tests/e2e/durations.json, so that the slowest files do not start last.
+  so its module-scoped daemons and engines start once, on one worker. Groups
+  go out longest first, by the seconds in tests/e2e/durations.json, so that
+  the slowest files do not start last.
 - Each worker runs on one CPU of its own (its affinity mask), and so does
   every process it starts: tandem's placement and the engines it starts see
   one CPU and run one thread, and engines of different workers never spin
@@ -58,7 +57,8 @@ def pin_to_one_cpu(index):
             pass  # a thread that just ended
 
 
-def module_seconds():
+def seconds_per_file():
+    """The seconds per file in durations.json; empty when it cannot be read."""
     try:
         return json.loads(DURATIONS.read_text())["files"]
     except (OSError, ValueError, KeyError):
@@ -66,26 +66,22 @@ def module_seconds():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Groups per module (or per test where the module says SPLIT), longest first."""
-    known = module_seconds()
-    tests = json.loads(DURATIONS.read_text()).get("tests", {}) if known else {}
+    """One xdist group per module, the longest modules first."""
+    known = seconds_per_file()
 
-    def group_of(item):
-        module = item.nodeid.split("::")[0]
-        return item.nodeid if getattr(item.module, "SPLIT", False) else module
+    def module(item):
+        return item.nodeid.split("::")[0]
 
-    def seconds(group):
-        if "::" in group:
-            return tests.get(group, UNKNOWN_SECONDS)
-        return known.get(Path(group).name, UNKNOWN_SECONDS)
+    def seconds(item):
+        return known.get(Path(module(item)).name, UNKNOWN_SECONDS)
 
     for item in items:
         if not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(group_of(item)))
+            item.add_marker(pytest.mark.xdist_group(module(item)))
     order = {}
     for item in items:
-        order.setdefault(group_of(item), len(order))
-    items.sort(key=lambda item: (-seconds(group_of(item)), order[group_of(item)]))
+        order.setdefault(module(item), len(order))
+    items.sort(key=lambda item: (-seconds(item), order[module(item)]))
 
 
 def pytest_runtest_setup(item):
