@@ -343,8 +343,9 @@ tests_begin = @mkdir -p $(RESULTS) && rm -f $(RESULTS)/*.xml && date +%s > $(RES
 tests_end = @$(VENV)/bin/python scripts/test-report.py --started $$(cat $(RESULTS)/started) \
 	  --budget $(1) $(RESULTS)/*.xml
 
-test: deps
+test:
 	$(call tests_begin)
+	@$(MAKE) --no-print-directory deps
 	@$(MAKE) --no-print-directory layers
 	@$(MAKE) --no-print-directory -j2 all $(BUILD)/tests/unit $(BUILD)/tests/prom_dump \
 	  $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/replay_%) $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz_%)
