@@ -13,15 +13,16 @@ conftest.py takes these hooks; nothing here is a test.
   every process it starts: tandem's placement and the engines it starts see
   one CPU and run one thread, and engines of different workers never spin
   against each other for a core.
-- Every test exports TANDEM_TEST (its node id) to what it starts, and the
-  session ends by looking for `llama-*`, `tandem` or `envoy` processes that
-  a test started and left running: it names each with the test that started it,
-  kills it, and fails the run.
+- Every run exports TANDEM_TEST_RUN and every test TANDEM_TEST (its node id)
+  to what it starts, and the session ends by looking for this run's
+  `llama-*`, `tandem` or `envoy` processes still running: it names each with
+  the test that started it, kills it, and fails the run.
 """
 import json
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 DURATIONS = HERE / "durations.json"
 UNKNOWN_SECONDS = 30.0  # a file durations.json does not know yet goes out early
 LEFTOVER_GRACE_S = 5.0  # a child that was just sent SIGTERM may take this long to go
+STARTED = pytest.StashKey[float]()  # when the session began, in clock ticks since boot
 
 
 def pytest_configure(config):
@@ -39,10 +41,10 @@ def pytest_configure(config):
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         pin_to_one_cpu(int(worker.removeprefix("gw")))
+    # one id per run, inherited by the workers and what they start, so that the leftover
+    # check never takes another run's processes (a `make check` beside a `make test`)
+    os.environ.setdefault("TANDEM_TEST_RUN", uuid.uuid4().hex)
     config.stash[STARTED] = boot_ticks_now()
-
-
-STARTED = pytest.StashKey[float]()
 
 
 def pin_to_one_cpu(index):
@@ -99,36 +101,48 @@ def boot_ticks_now():
         return float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK")
 
 
-def started_ticks(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[19])
-
-
 def ours(exe):
     """Whether exe is a binary this suite runs: the engine's tools, tandem or Envoy."""
     name = os.path.basename(exe)
     return name.startswith("llama-") or name in ("tandem", "envoy")
 
 
+def process(pid):
+    """(ppid, start in ticks since boot, exe, environment, command line) of pid, or None
+    when it is gone, a zombie or not this user's."""
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != os.getuid():
+            return None
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        env = dict(e.partition(b"=")[::2] for e in
+                   Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if e)
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        return (int(stat[1]), int(stat[19]), os.readlink(f"/proc/{pid}/exe"), env,
+                cmd.decode(errors="replace").strip())
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def leftovers(since):
+    """(pid, command line, who started it) of this run's processes still running: those
+    that carry its TANDEM_TEST_RUN, and engines (whose environment tandem chooses) that
+    are children of those or orphans."""
+    run = os.environ["TANDEM_TEST_RUN"].encode()
+    procs = {int(e): p for e in os.listdir("/proc")
+             if e.isdigit() and int(e) != os.getpid() and (p := process(int(e)))}
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+    for pid, (ppid, start, exe, env, cmd) in procs.items():
+        if start < since or not ours(exe):
             continue
-        pid = int(entry)
-        try:
-            exe = os.readlink(f"/proc/{pid}/exe")
-            if os.stat(f"/proc/{pid}").st_uid != os.getuid() or not ours(exe):
-                continue
-            if started_ticks(pid) < since:
-                continue
-            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
-        except OSError:
-            continue  # gone, or a zombie
-        test = next((e[len(b"TANDEM_TEST="):].decode() for e in env
-                     if e.startswith(b"TANDEM_TEST=")), None)
-        found.append((pid, cmd.strip(), test))
+        if env.get(b"TANDEM_TEST_RUN") == run:
+            found.append((pid, cmd, env.get(b"TANDEM_TEST", b"?").decode()))
+            continue
+        parent = procs.get(ppid)
+        if os.path.basename(exe).startswith("llama-") and parent and \
+                parent[3].get(b"TANDEM_TEST_RUN") == run:
+            found.append((pid, cmd, "an engine of " + parent[3].get(b"TANDEM_TEST", b"?").decode()))
+        elif os.path.basename(exe).startswith("llama-") and ppid == 1:
+            found.append((pid, cmd, "an engine whose tandem is gone"))
     return found
 
 
@@ -147,8 +161,7 @@ def pytest_sessionfinish(session, exitstatus):
     report.line(f"\nleftover processes: {len(found)} started by this run are still "
                 "running; killed now:", red=True)
     for pid, cmd, test in found:
-        report.line(f"  pid {pid}: {cmd[:300]}\n    started by "
-                    f"{test or 'an unknown test (an engine: see its tandem)'}", red=True)
+        report.line(f"  pid {pid}: {cmd[:300]}\n    started by {test}", red=True)
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
