@@ -343,12 +343,14 @@ tests_begin = @mkdir -p $(RESULTS) && rm -f $(RESULTS)/*.xml && date +%s > $(RES
 tests_end = @$(VENV)/bin/python scripts/test-report.py --started $$(cat $(RESULTS)/started) \
 	  --budget $(1) $(RESULTS)/*.xml
 
+# what the tests run, built in parallel (make test adds the libFuzzer targets)
+TESTED_BINARIES = all $(BUILD)/tests/unit $(BUILD)/tests/prom_dump $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/replay_%)
+
 test:
 	$(call tests_begin)
 	@$(MAKE) --no-print-directory deps
 	@$(MAKE) --no-print-directory layers
-	@$(MAKE) --no-print-directory -j2 all $(BUILD)/tests/unit $(BUILD)/tests/prom_dump \
-	  $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/replay_%) $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz_%)
+	@$(MAKE) --no-print-directory -j2 $(TESTED_BINARIES) $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz_%)
 	@$(MAKE) --no-print-directory fixtures
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory fuzz-replay
@@ -359,8 +361,7 @@ test:
 check: venv
 	$(call tests_begin)
 	@$(MAKE) --no-print-directory layers
-	@$(MAKE) --no-print-directory -j2 all $(BUILD)/tests/unit $(BUILD)/tests/prom_dump \
-	  $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/replay_%)
+	@$(MAKE) --no-print-directory -j2 $(TESTED_BINARIES)
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory fuzz-replay
 	@$(MAKE) --no-print-directory e2e E2E_MARK=quick

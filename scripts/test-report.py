@@ -15,6 +15,7 @@ import json
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 
 SLOWEST = 10
@@ -42,9 +43,7 @@ def summary(paths, started, budget):
     e2e = []
     for path in paths:
         got = list(cases(path))
-        counts = {}
-        for _, _, outcome in got:
-            counts[outcome] = counts.get(outcome, 0) + 1
+        counts = Counter(outcome for _, _, outcome in got)
         bad |= bool(counts.get("failed") or counts.get("error"))
         told = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no tests"
         print(f"test report: {Path(path).stem}: {told}")

@@ -138,9 +138,10 @@ void api_handle(struct http_req *r, void *api);
  * NULL when cap is 0; a cap of API_CHECK_HEAD_BODY_MAX always suffices (less may truncate the
  * message to a generic one). Reads the api's config as it is now (a reload applies at once).
  * over_limit (the server's connection cap is full): an otherwise admitted request is refused
- * 503 unavailable_error. A refusal is audited, published and counted as an answer (it never reaches api_handle),
- * under the request id written into id[HTTP_REQUEST_ID_MAX] (the client's x-request-id or
- * x-typesafe-request-id when it is a short token, else a new one; may be NULL). */
+ * 503 unavailable_error. A refusal is audited, published and counted as an answer (it never
+ * reaches api_handle), under the request id written into id[HTTP_REQUEST_ID_MAX] (the
+ * client's x-request-id or x-typesafe-request-id when it is a short token, else a new one;
+ * may be NULL). */
 int api_check_head(struct api *a, const char *method, const char *target,
                    const struct evkeyvalq *headers, bool over_limit, char *body, size_t cap,
                    char *id);

@@ -455,14 +455,17 @@ static void head_check(struct http_conn *c) {
         status = error_body(501, "not_supported_error", why, body, sizeof body);
     else if (e != TANDEM_OK)
         status = error_body(400, "invalid_request_error", why, body, sizeof body);
-    else if (s->limits.head) {
-        body[0] = '\0';
+    else {
         bool over = c->over && !make_room(s, c);
-        status = s->limits.head(s->limits.head_user, h.method, h.target, &h.headers, over, body,
-                                sizeof body, id);
-    } else if (c->over && !make_room(s, c))
-        status = error_body(503, "unavailable_error",
-                            "too many connections (limits.max_connections)", body, sizeof body);
+        body[0] = '\0';
+        if (s->limits.head)
+            status = s->limits.head(s->limits.head_user, h.method, h.target, &h.headers, over,
+                                    body, sizeof body, id);
+        else if (over)
+            status = error_body(503, "unavailable_error",
+                                "too many connections (limits.max_connections)", body,
+                                sizeof body);
+    }
     if (status)
         refuse(c, status, body, h.method, id);
     else

@@ -35,6 +35,9 @@ struct http_req;    /* opaque: one request awaiting its answer */
 
 typedef void (*http_handler_fn)(struct http_req *r, void *user);
 
+/* The size of a request id's buffer, its NUL included: the longest client id kept is 63. */
+#define HTTP_REQUEST_ID_MAX 64
+
 /* Called once a request's head (request line and headers) is in, before its body is read:
  * return 0 to go on, else the status to refuse with, having written the JSON body into
  * body[cap]; the server then answers that status itself (Connection: close), reads no body
@@ -44,7 +47,6 @@ typedef void (*http_handler_fn)(struct http_req *r, void *user);
  * no idle one could make room (the hook should refuse it, 503, which gets Retry-After: 1).
  * A 401 gets WWW-Authenticate: Bearer. A refusal may name its request in
  * id[HTTP_REQUEST_ID_MAX] (a token; "" = none), sent as x-request-id. */
-#define HTTP_REQUEST_ID_MAX 64
 typedef int (*http_head_fn)(void *user, const char *method, const char *target,
                             const struct evkeyvalq *headers, bool over_limit, char *body,
                             size_t cap, char *id);
