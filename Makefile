@@ -35,7 +35,7 @@ PYTEST   := $(VENV)/bin/python -m pytest
 # $(call pkg,NAME,DEBIAN-PACKAGE,--cflags|--libs)
 pkg = $(if $(shell pkg-config --exists $(1) && echo yes),$(shell pkg-config $(3) $(1)),$(error $(1) not found by pkg-config: install the Debian package $(2) (or run `make deps`)))
 
-.PHONY: all test check unit e2e layers asan fuzz fuzz-quick fuzz-merge fuzz-replay fixtures deps venv run bench bench-plan soak clean help mcp-transcript \
+.PHONY: all test check unit e2e e2e-parallel e2e-alone layers asan fuzz fuzz-quick fuzz-merge fuzz-replay fixtures deps venv run bench bench-plan soak clean help mcp-transcript \
         install uninstall
 .DEFAULT_GOAL := all
 
@@ -312,17 +312,25 @@ unit: $(BUILD)/tests/unit
 # E2E_MARK adds a marker expression (make check: quick).
 E2E_JOBS ?= 2
 E2E      ?= tests/e2e
-# $(call e2e_run,TANDEM-BINARY,ENV): both parts; pytest's 5 is "nothing selected"
-define e2e_run
+# $(call e2e_parallel,TANDEM-BINARY,ENV) and $(call e2e_alone,...): the two parts;
+# pytest's 5 is "nothing selected"
+define e2e_parallel
 	@mkdir -p $(RESULTS) && rm -f $(RESULTS)/e2e*.xml
 	$(2) TANDEM_BIN=$(abspath $(1)) $(PYTEST) $(E2E) -m "not alone$(if $(E2E_MARK), and $(E2E_MARK))" \
-	  -n $(E2E_JOBS) --dist loadgroup --no-loadscope-reorder --junitxml=$(RESULTS)/e2e.xml
+	  -n $(E2E_JOBS) --dist loadfile --no-loadscope-reorder --junitxml=$(RESULTS)/e2e.xml
+endef
+define e2e_alone
 	$(2) TANDEM_BIN=$(abspath $(1)) $(PYTEST) $(E2E) -m "alone$(if $(E2E_MARK), and $(E2E_MARK))" \
 	  --junitxml=$(RESULTS)/e2e-alone.xml || [ $$? -eq 5 ]
 endef
 
 e2e: $(BUILD)/tandem $(BUILD)/tests/prom_dump venv
-	$(call e2e_run,$(BUILD)/tandem,)
+	$(call e2e_parallel,$(BUILD)/tandem,)
+	$(call e2e_alone,$(BUILD)/tandem,)
+e2e-parallel: $(BUILD)/tandem $(BUILD)/tests/prom_dump venv
+	$(call e2e_parallel,$(BUILD)/tandem,)
+e2e-alone: $(BUILD)/tandem $(BUILD)/tests/prom_dump venv
+	$(call e2e_alone,$(BUILD)/tandem,)
 
 fixtures: $(BUILD)/tandem
 	@scripts/make-fixtures.sh $(abspath $(BUILD)/tandem)
@@ -346,16 +354,22 @@ tests_end = @$(VENV)/bin/python scripts/test-report.py --started $$(cat $(RESULT
 # what the tests run, built in parallel (make test adds the libFuzzer targets)
 TESTED_BINARIES = all $(BUILD)/tests/unit $(BUILD)/tests/prom_dump $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/replay_%)
 
+# The libFuzzer targets are built and their short campaigns run beside the parallel
+# end-to-end part, at a lower priority (nice 10): they take the CPU time its waits
+# leave, and they are done before the `alone` part, which needs an idle machine.
 test:
 	$(call tests_begin)
 	@$(MAKE) --no-print-directory deps
 	@$(MAKE) --no-print-directory layers
-	@$(MAKE) --no-print-directory -j2 $(TESTED_BINARIES) $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz_%)
+	@$(MAKE) --no-print-directory -j2 $(TESTED_BINARIES)
 	@$(MAKE) --no-print-directory fixtures
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory fuzz-replay
-	@$(MAKE) --no-print-directory fuzz-quick
-	@$(MAKE) --no-print-directory e2e
+	@echo "fuzz-quick: beside the end-to-end tests; its output follows them"
+	@nice -n 10 $(MAKE) --no-print-directory fuzz-quick > $(RESULTS)/fuzz-quick.log 2>&1 & \
+	  fuzz=$$!; $(MAKE) --no-print-directory e2e-parallel; e2e=$$?; \
+	  wait $$fuzz; quick=$$?; cat $(RESULTS)/fuzz-quick.log; [ $$e2e -eq 0 ] && [ $$quick -eq 0 ]
+	@$(MAKE) --no-print-directory e2e-alone
 	$(call tests_end,600)
 
 check: venv
@@ -376,7 +390,8 @@ asan: $(BUILD)/asan/tests/unit $(BUILD)/asan/tandem $(BUILD)/tests/prom_dump \
       $(FUZZ_NAMES:%=$(BUILD)/asan/tests/fuzz/replay_%) venv
 	$(ASAN_ENV) $(BUILD)/asan/tests/unit
 	@for t in $(FUZZ_NAMES); do $(ASAN_ENV) $(BUILD)/asan/tests/fuzz/replay_$$t tests/fuzz/corpus/$$t || exit 1; done
-	$(call e2e_run,$(BUILD)/asan/tandem,$(ASAN_ENV))
+	$(call e2e_parallel,$(BUILD)/asan/tandem,$(ASAN_ENV))
+	$(call e2e_alone,$(BUILD)/asan/tandem,$(ASAN_ENV))
 
 # The embedded default: examples/demo.yaml's decide-then-verify pipeline on
 # the shipped request, through `tandem decide`, which starts a private daemon

@@ -172,8 +172,15 @@ static bool wait_ready(struct private_daemon *d) {
             return false;
         }
         struct pollfd p = {.fd = d->sock, .events = POLLIN};
-        if (poll(&p, 1, 100) > 0 && read_ready(d))
+        if (poll(&p, 1, 100) > 0 && read_ready(d)) {
+            /* Nothing is read from it any more. Closed, it refuses the child's
+             * later notifications (RELOADING=1, STOPPING=1) at once; open, a
+             * queue filled by another user would block the child's send, and
+             * its exit, until the stop timeout. */
+            close(d->sock);
+            d->sock = -1;
             return true;
+        }
     }
     fprintf(stderr, "%s: the private daemon was not ready after %d s\n", d->p.command,
             READY_TIMEOUT_MS / 1000);

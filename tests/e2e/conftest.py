@@ -20,7 +20,8 @@ import pytest
 
 # the suite's markers, scheduling, CPU pinning and leftover check (docs/testing.md)
 from suite import (pytest_collection_modifyitems, pytest_configure,  # noqa: F401
-                   pytest_runtest_setup, pytest_runtest_teardown, pytest_sessionfinish)
+                   pytest_runtest_logreport, pytest_runtest_setup, pytest_runtest_teardown,
+                   pytest_sessionfinish)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,6 +74,16 @@ def model_file(name, tiny=False):
     tiny=True of its stand-in in TINY_STAND_IN."""
     file, keys = TINY_STAND_IN[name] if tiny else (name + ".gguf", "ctx: 2048")
     return fixture_path(file), keys
+
+
+def rotating_budget(serve_factory, config):
+    """A host RAM budget on which the two models of config(budget) each fit alone and never
+    together: the larger one's plan plus half the smaller one's, as a daemon plans them."""
+    probe = serve_factory(config("8GiB"))
+    planned = sorted(m["planned"]["host_bytes"] for m in probe.status()["models"])
+    probe.stop()
+    assert len(planned) == 2, planned
+    return f"{planned[1] + planned[0] // 2}B"
 
 
 @pytest.fixture(scope="session")

@@ -5,10 +5,10 @@ conftest.py takes these hooks; nothing here is a test.
 - Markers: `alone` marks a test that times something or needs every core;
   `make e2e` runs those after the others, one at a time, on an idle machine.
   `quick` marks the tests of `make check`.
-- Scheduling under pytest-xdist (`--dist loadgroup`): a module is one group,
-  so its module-scoped daemons and engines start once, on one worker. Groups
-  go out longest first, by the seconds in tests/e2e/durations.json, so that
-  the slowest files do not start last.
+- Scheduling under pytest-xdist (`--dist loadfile`): a module runs on one
+  worker, so its module-scoped daemons and engines start once; the session
+  fails if a module ever ran on two. Modules go out longest first, by the
+  seconds in tests/e2e/durations.json, so that the slowest do not start last.
 - Each worker runs on one CPU of its own (its affinity mask), and so does
   every process it starts: tandem's placement and the engines it starts see
   one CPU and run one thread, and engines of different workers never spin
@@ -32,6 +32,7 @@ DURATIONS = HERE / "durations.json"
 UNKNOWN_SECONDS = 30.0  # a file durations.json does not know yet goes out early
 LEFTOVER_GRACE_S = 5.0  # a child that was just sent SIGTERM may take this long to go
 STARTED = pytest.StashKey[float]()  # when the session began, in clock ticks since boot
+WORKERS_OF_MODULE = {}  # on the controller: module -> the workers that ran its tests
 
 
 def pytest_configure(config):
@@ -67,23 +68,33 @@ def seconds_per_file():
         return {}
 
 
+def module(nodeid):
+    return nodeid.split("::")[0]
+
+
 def pytest_collection_modifyitems(config, items):
-    """One xdist group per module, the longest modules first."""
+    """The longest modules first; a module's tests stay together and in order.
+    (`--dist loadfile` keeps a module on one worker. Not loadgroup: pytest-xdist
+    3.8 writes the group into the node id by an attribute that pytest 9 no longer
+    reads, so every test would be a unit of its own; see pytest_runtest_logreport.)"""
     known = seconds_per_file()
-
-    def module(item):
-        return item.nodeid.split("::")[0]
-
-    def seconds(item):
-        return known.get(Path(module(item)).name, UNKNOWN_SECONDS)
-
-    for item in items:
-        if not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(module(item)))
     order = {}
     for item in items:
-        order.setdefault(module(item), len(order))
-    items.sort(key=lambda item: (-seconds(item), order[module(item)]))
+        order.setdefault(module(item.nodeid), len(order))
+    items.sort(key=lambda item: (-known.get(Path(module(item.nodeid)).name, UNKNOWN_SECONDS),
+                                 order[module(item.nodeid)]))
+
+
+def pytest_runtest_logreport(report):
+    """On the controller: which worker ran each module. A module split over two
+    workers starts its module-scoped daemons and engines twice."""
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
+    if worker and report.when == "call":
+        WORKERS_OF_MODULE.setdefault(module(report.nodeid), set()).add(worker)
+
+
+def split_modules():
+    return {m: sorted(w) for m, w in WORKERS_OF_MODULE.items() if len(w) > 1}
 
 
 def pytest_runtest_setup(item):
@@ -149,6 +160,11 @@ def leftovers(since):
 def pytest_sessionfinish(session, exitstatus):
     if hasattr(session.config, "workerinput"):
         return  # the controller looks once every worker is done
+    report = session.config.get_terminal_writer()
+    for name, workers in split_modules().items():
+        report.line(f"\n{name} ran on {' and '.join(workers)}: a module must stay on one "
+                    "worker (tests/e2e/suite.py)", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     since = session.config.stash[STARTED]
     deadline = time.monotonic() + LEFTOVER_GRACE_S
     found = leftovers(since)
@@ -157,7 +173,6 @@ def pytest_sessionfinish(session, exitstatus):
         found = leftovers(since)
     if not found:
         return
-    report = session.config.get_terminal_writer()
     report.line(f"\nleftover processes: {len(found)} started by this run are still "
                 "running; killed now:", red=True)
     for pid, cmd, test in found:

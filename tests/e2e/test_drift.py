@@ -55,6 +55,12 @@ def drift(tandem_bin, ref, cand, *extra, data=SHIPPED):
     return json.loads(out.stdout)
 
 
+@pytest.fixture(scope="module")
+def far(tandem_bin, servers):
+    """The whole shipped set, Q4_1 against Q4_0, with the default margin: read by two tests."""
+    return drift(tandem_bin, servers["q4_1"], servers["q4_0"], "--top", "5")
+
+
 def test_quantize_refuses_to_overwrite_its_input(tandem_bin, tmp_path):
     src = fixture_path("smollm2-decider.gguf")
     out = tandem(tandem_bin, "quantize", str(src), str(src), "Q8_0")
@@ -66,9 +72,8 @@ def test_quantized_files_keep_the_decision_metadata(servers):
         assert "decision model type: openjev" in servers[name].log_text(), name
 
 
-def test_drift_q4_1_against_q8_0_and_q4_0(tandem_bin, servers):
+def test_drift_q4_1_against_q8_0_and_q4_0(tandem_bin, servers, far):
     near = drift(tandem_bin, servers["q4_1"], servers["q8_0"])
-    far = drift(tandem_bin, servers["q4_1"], servers["q4_0"], "--top", "5")
     for s in (near, far):
         assert s["format"] == "tandem-drift/1"
         assert s["kl_direction"] == "KL(ref || cand), nats"
@@ -109,7 +114,7 @@ def test_drift_table(tandem_bin, servers, tmp_path):
     assert "(KL(ref || cand) in nats" in text
 
 
-def test_drift_counts_flips_where_the_reference_was_sure(tandem_bin, servers, tmp_path):
+def test_drift_counts_flips_where_the_reference_was_sure(tandem_bin, servers, far, tmp_path):
     """--margin: the flips among answers whose top-two margin in the reference is
     at least M, with Wilson 95% intervals; a near-tie flips on rounding alone."""
     z = 1.959963984540054
@@ -119,7 +124,7 @@ def test_drift_counts_flips_where_the_reference_was_sure(tandem_bin, servers, tm
         c, h = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
         return [max(0.0, (c - h) / (1 + z * z / n)), min(1.0, (c + h) / (1 + z * z / n))]
 
-    s = drift(tandem_bin, servers["q4_1"], servers["q4_0"])
+    s = far
     assert s["margin"] == 0.1 and s["repeat"] == 1 and s["unstable"] == 0
     sure = [r for r in s["results"] if r["sure"]]
     assert s["sure_compared"] == len(sure) and 0 < len(sure) < s["compared"]

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -275,10 +276,12 @@ def test_forged_readiness_of_a_private_daemon_is_ignored(tandem_bin, tmp_path):
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         forger.stdin.write(f"{victim.pid}\n")
         forger.stdin.flush()
+        t0 = time.monotonic()
         try:
             stdout, stderr = victim.communicate(timeout=300)
         finally:
             victim.kill()
+        took = time.monotonic() - t0
     finally:
         forger.send_signal(signal.SIGTERM)
         out, _ = forger.communicate(timeout=30)
@@ -289,3 +292,6 @@ def test_forged_readiness_of_a_private_daemon_is_ignored(tandem_bin, tmp_path):
     assert victim.returncode == 0, stderr
     answer = json.loads(stdout)
     assert answer["verdict"] == "accepted" and answer["choice"] in REQUEST["candidates"]
+    # decide waits up to 60 s for its daemon to stop, then kills it: a daemon whose
+    # STOPPING=1 blocked on the flooded queue took exactly that long
+    assert took < 30, f"decide took {took:.0f} s: its daemon did not stop when told"
