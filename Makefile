@@ -352,7 +352,7 @@ tests_begin = @mkdir -p $(RESULTS) && rm -f $(RESULTS)/*.xml && date +%s > $(RES
 tests_end = @$(VENV)/bin/python scripts/test-report.py --started $$(cat $(RESULTS)/started) \
 	  --budget $(1) $(RESULTS)/*.xml
 
-# what the tests run, built in parallel (make test adds the libFuzzer targets)
+# what the tests run, built in parallel (make fuzz-quick builds the libFuzzer targets)
 TESTED_BINARIES = all $(BUILD)/tests/unit $(BUILD)/tests/prom_dump $(FUZZ_NAMES:%=$(BUILD)/tests/fuzz/replay_%)
 
 # The libFuzzer targets are built and their short campaigns run beside the parallel
