@@ -29,7 +29,7 @@
 #include "base/mem.h"
 #include "cli/api_key.h"
 #include "cli/cmd_eval.h"
-#include "cli/model_endpoint.h"
+#include "flow/model_endpoint.h"
 #include "eval/calib.h"
 #include "eval/metrics.h"
 #include "gguf/gguf.h"

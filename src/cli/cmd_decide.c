@@ -20,7 +20,7 @@
 #include <jansson.h>
 
 #include "cli/load_progress.h"
-#include "cli/private_daemon.h"
+#include "flow/private_daemon.h"
 #include "serve/config.h"
 #include "eval/s1client.h"
 

@@ -21,7 +21,7 @@
 
 #include "cli/api_key.h"
 #include "cli/cmd_eval.h"
-#include "cli/model_endpoint.h"
+#include "flow/model_endpoint.h"
 #include "base/mem.h"
 #include "eval/metrics.h"
 

@@ -27,7 +27,7 @@
 #include "eval/report.h"
 #include "cli/api_key.h"
 #include "cli/cmd_eval_thresholds.h"
-#include "cli/model_endpoint.h"
+#include "flow/model_endpoint.h"
 
 #define DEFAULT_LOW_CONFIDENCE 0.6
 #define MAX_BOOTSTRAP 100000

@@ -43,7 +43,7 @@
 #include "cli/cmd_drift.h"
 #include "cli/cmd_eval.h"
 #include "cli/cmd_imatrix.h"
-#include "cli/model_endpoint.h"
+#include "flow/model_endpoint.h"
 #include "engine/engine.h"
 #include "engine/engine_quantize.h"
 #include "eval/eval.h"

@@ -35,7 +35,7 @@
 
 #include "base/host.h"
 #include "base/mem.h"
-#include "cli/private_daemon.h"
+#include "flow/private_daemon.h"
 #include "eval/s1client.h"
 #include "serve/config.h"
 #include "serve/mcp.h"

@@ -17,7 +17,7 @@
  * dropped (said with --verbose) and the wait goes on. We chose this over an
  * inherited socketpair because `tandem serve` keeps speaking plain sd_notify,
  * the same code path systemd's $NOTIFY_SOCKET uses. */
-#include "cli/private_daemon.h"
+#include "flow/private_daemon.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,7 +6,7 @@
  * distinct file, named after it), removed at the end. Both daemons are
  * `tandem serve` itself (cli/private_daemon), so a model is measured with the
  * settings it is served with. */
-#include "cli/model_endpoint.h"
+#include "flow/model_endpoint.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -18,7 +18,7 @@
 
 #include "base/host.h"
 #include "base/mem.h"
-#include "cli/private_daemon.h"
+#include "flow/private_daemon.h"
 #include "serve/config.h"
 
 #define CONFIG_PREFIX "config:"
