@@ -66,7 +66,7 @@ help:
 	@echo "                its table lands in docs/reliability.md"
 	@echo "make bench-plan the planner against the engine's own buffers (docs/planner-accuracy.md)"
 	@echo "make install    build/tandem, the pinned engine, the systemd unit and an example config into"
-	@echo "                \$$(DESTDIR)\$$(PREFIX) (default /usr/local); needs \`make deps\` first (README, Install)"
+	@echo "                \$$(DESTDIR)\$$(PREFIX) (default /usr/local); needs \`make deps\` first (docs/install.md)"
 	@echo "make uninstall  remove what make install put there (a changed config stays)"
 	@echo "make clean      remove build/ (the cache in ~/.cache/tandem stays)"
 
@@ -222,7 +222,7 @@ $(VENV)/.stamp: tests/e2e/requirements.txt
 	@touch $@
 
 # --- install: tandem, its engine, the systemd unit ---------------------------------
-# `make install` copies into $(DESTDIR)$(PREFIX) (README, Install):
+# `make install` copies into $(DESTDIR)$(PREFIX) (docs/install.md):
 #   bin/tandem                          INSTALL_BIN (default build/tandem, built if stale)
 #   libexec/tandem/llama-server, llama-quantize, llama-imatrix, BUILD-INFO
 #                                       the pinned engine, from ENGINE_DIR (the cache)

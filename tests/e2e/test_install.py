@@ -1,4 +1,4 @@
-"""`make install` and `make uninstall` into a DESTDIR (README, Install).
+"""`make install` and `make uninstall` into a DESTDIR (docs/install.md).
 
 The install copies the binary under test (INSTALL_BIN, so nothing is rebuilt) and
 the pinned engine from the cache. The installed tandem must then find that engine
