@@ -1,8 +1,10 @@
 /* s1client.h: a client of POST /v1/systemone (or another JSON route, such as
  * /v1/pipelines/NAME, or GET /v1/status) on any endpoint.
  *
- * The only module that knows libcurl. One handle holds one connection (kept
- * alive between requests) and must be used by one thread at a time; run K
+ * The blocking client of the commands and the evaluator, on libcurl's easy
+ * interface (the daemon's own clients, serve/upstream and serve/remote, run
+ * on libcurl's multi interface in its event loop; see serve/curl_loop.h).
+ * One handle holds one connection (kept alive between requests) and must be used by one thread at a time; run K
  * handles for K requests in flight. tandem's evaluation talks to tandem, a
  * bare llama-server or a hosted API through this same contract
  * (shared/reference/systemone-api.md). */
