@@ -5,9 +5,9 @@
  * interface (the daemon's own clients, serve/upstream and serve/remote, run
  * on libcurl's multi interface in its event loop; see serve/curl_loop.h).
  * One handle holds one connection (kept alive between requests) and must be
- * used by one thread at a time; run K handles for K requests in flight. tandem's evaluation talks to tandem, a
- * bare llama-server or a hosted API through this same contract
- * (shared/reference/systemone-api.md). */
+ * used by one thread at a time; run K handles for K requests in flight.
+ * tandem's evaluation talks to tandem, a bare llama-server or a hosted API
+ * through this same contract (shared/reference/systemone-api.md). */
 #ifndef TANDEM_S1CLIENT_H
 #define TANDEM_S1CLIENT_H
 
