@@ -4,9 +4,10 @@
  * field by field against the /v1/systemone request contract (each question
  * by proto/s1q.c, the check the daemon makes too, worded here in the loader's
  * style) and the gold rules of docs/eval-format.md, so that a bad dataset
- * fails before any request is sent, with "file:line: field: reason". The state and questions are kept
- * as jansson references and sent as written; only what scoring needs (option
- * keys, gold index, target distribution) is extracted into plain arrays.
+ * fails before any request is sent, with "file:line: field: reason". The
+ * state and questions are kept as jansson references and sent as written;
+ * only what scoring needs (option keys, gold index, target distribution) is
+ * extracted into plain arrays.
  * An audit log kept with logs.bodies loads the same way: each served
  * /v1/systemone request becomes a case (id = request_id), through the same
  * line validation. evalset_split() is the seeded calibration/held-out split,
@@ -129,11 +130,25 @@ static void criteria_got(const struct s1q_problem *p, char *got, size_t cap) {
         snprintf(got, cap, "%s", kind);
 }
 
+/* The loader's words for a criteria problem: missing, of the wrong kind, or
+ * a count out of range. */
+static tandem_err criteria_fault(const struct ctx *x, const struct s1q_problem *p) {
+    if (p->type == S1Q_TYPE_NOUL)
+        return fail(x, "questions.%s.criteria: a noul question takes null or an object "
+                       "{\"true\": ..., \"false\": ...}, not %s", p->qid, json_kind(p->value));
+    bool choice = p->type == S1Q_TYPE_CHOICE;
+    char got[64];
+    criteria_got(p, got, sizeof got);
+    return fail(x, "questions.%s.criteria: a %s question needs %s of %u to %u %s (got %s)",
+                p->qid, s1q_type_name(p->type), choice ? "an object" : "an array",
+                choice ? S1Q_MIN_CHOICE_OPTIONS : S1Q_MIN_SCORE_LEVELS,
+                choice ? S1Q_MAX_CHOICE_OPTIONS : S1Q_MAX_SCORE_LEVELS,
+                choice ? "options" : "levels, lowest first", got);
+}
+
 /* The loader's words for the problem s1q_check() found in a question. */
 static tandem_err question_fault(const struct ctx *x, const struct s1q_problem *p) {
     const char *id = p->qid;
-    char got[64];
-    bool choice = p->type == S1Q_TYPE_CHOICE;
     switch (p->fault) {
     case S1Q_FAULT_NONE: return TANDEM_OK;
     case S1Q_FAULT_ID_EMPTY: return fail(x, "questions: a question id must not be empty");
@@ -144,24 +159,15 @@ static tandem_err question_fault(const struct ctx *x, const struct s1q_problem *
     case S1Q_FAULT_TYPE_KIND:
     case S1Q_FAULT_TYPE_UNKNOWN:
         return fail(x, "questions.%s.type: must be \"choice\", \"score\" or \"noul\"", id);
-    case S1Q_FAULT_INSTRUCTIONS_MISSING: return fail(x, "questions.%s: missing \"instructions\"", id);
+    case S1Q_FAULT_INSTRUCTIONS_MISSING:
+        return fail(x, "questions.%s: missing \"instructions\"", id);
     case S1Q_FAULT_INSTRUCTIONS_KIND:
         return fail(x, "questions.%s.instructions: must be a string, object or array, not %s",
                     id, json_kind(p->value));
-    case S1Q_FAULT_CRITERIA_KIND:
-        if (p->type == S1Q_TYPE_NOUL)
-            return fail(x, "questions.%s.criteria: a noul question takes null or an object "
-                           "{\"true\": ..., \"false\": ...}, not %s", id, json_kind(p->value));
-        /* fall through */
     case S1Q_FAULT_CRITERIA_MISSING:
+    case S1Q_FAULT_CRITERIA_KIND:
     case S1Q_FAULT_CRITERIA_FEW:
-    case S1Q_FAULT_CRITERIA_MANY:
-        criteria_got(p, got, sizeof got);
-        return fail(x, "questions.%s.criteria: a %s question needs %s of %u to %u %s (got %s)", id,
-                    s1q_type_name(p->type), choice ? "an object" : "an array",
-                    choice ? S1Q_MIN_CHOICE_OPTIONS : S1Q_MIN_SCORE_LEVELS,
-                    choice ? S1Q_MAX_CHOICE_OPTIONS : S1Q_MAX_SCORE_LEVELS,
-                    choice ? "options" : "levels, lowest first", got);
+    case S1Q_FAULT_CRITERIA_MANY: return criteria_fault(x, p);
     case S1Q_FAULT_CRITERIA_KEY:
         return fail(x, "questions.%s.criteria: unknown key \"%s\" (a noul question takes only "
                        "\"true\" and \"false\")", id, p->key);

@@ -223,38 +223,47 @@ static void word_criteria(const struct out *o, const struct s1q_problem *p) {
 static void word(const struct out *o, const struct s1q_problem *p) {
     const char *id = p->qid, *got = s1q_kind(p->value);
     switch (p->fault) {
-    case S1Q_FAULT_NONE: return;
+    case S1Q_FAULT_NONE:
+        break;
     case S1Q_FAULT_ID_EMPTY:
         say(o, "questions: a question id must be a non-empty string, got \"\"");
-        return;
-    case S1Q_FAULT_NOT_OBJECT: say(o, "questions.%s: expected an object, got %s", id, got); return;
-    case S1Q_FAULT_TYPE_MISSING: say(o, "questions.%s.type: missing; expected " TYPES, id); return;
-    case S1Q_FAULT_TYPE_KIND: say(o, "questions.%s.type: expected " TYPES ", got %s", id, got); return;
+        break;
+    case S1Q_FAULT_NOT_OBJECT:
+        say(o, "questions.%s: expected an object, got %s", id, got);
+        break;
+    case S1Q_FAULT_TYPE_MISSING:
+        say(o, "questions.%s.type: missing; expected " TYPES, id);
+        break;
+    case S1Q_FAULT_TYPE_KIND:
+        say(o, "questions.%s.type: expected " TYPES ", got %s", id, got);
+        break;
     case S1Q_FAULT_TYPE_UNKNOWN:
         say(o, "questions.%s.type: expected " TYPES ", got \"%s\"", id,
             json_string_value(p->value));
-        return;
+        break;
     case S1Q_FAULT_INSTRUCTIONS_MISSING:
         say(o, "questions.%s.instructions: missing; expected " S1Q_TEXT_KINDS, id);
-        return;
+        break;
     case S1Q_FAULT_INSTRUCTIONS_KIND:
         say(o, "questions.%s.instructions: expected " S1Q_TEXT_KINDS ", got %s", id, got);
-        return;
+        break;
     case S1Q_FAULT_CRITERIA_MISSING:
     case S1Q_FAULT_CRITERIA_KIND:
     case S1Q_FAULT_CRITERIA_FEW:
-    case S1Q_FAULT_CRITERIA_MANY: word_criteria(o, p); return;
+    case S1Q_FAULT_CRITERIA_MANY:
+        word_criteria(o, p);
+        break;
     case S1Q_FAULT_CRITERIA_KEY:
         say(o, "questions.%s.criteria: unexpected key \"%s\"; a noul question takes only "
                "\"true\" and \"false\"", id, p->key);
-        return;
+        break;
     case S1Q_FAULT_DESCRIPTION_KIND:
         if (p->type == S1Q_TYPE_SCORE)
             say(o, "questions.%s.criteria[%zu]: expected " S1Q_TEXT_KINDS ", got %s", id,
                 p->index, got);
         else
             say(o, "questions.%s.criteria.%s: expected " DESCRIPTION ", got %s", id, p->key, got);
-        return;
+        break;
     }
 }
 

@@ -174,7 +174,8 @@ void s1_error_dump(int status, const char *type, const char *message, char *out,
 }
 
 unsigned s1_max_options(const char *decision_type) {
-    return !strcmp(decision_type, "openjev") ? S1Q_OPENJEV_MAX_CHOICE_OPTIONS : S1Q_MAX_CHOICE_OPTIONS;
+    return !strcmp(decision_type, "openjev") ? S1Q_OPENJEV_MAX_CHOICE_OPTIONS
+                                             : S1Q_MAX_CHOICE_OPTIONS;
 }
 
 uint64_t s1_prompt_key(const json_t *body) {
