@@ -267,3 +267,42 @@ Test(permute, set_without_choice_is_refused) {
     cr_expect(strstr(err, "noul.jsonl has no choice question"), "%s", err);
     evalset_free(set);
 }
+
+/* A choice question of one option is valid (the contract allows it) but has
+ * no other order: it is left out, and a set of only such questions has
+ * nothing to permute. Before, permute_orders() divided by n! - 1 = 0. */
+static struct evalset *one_case_set(const char *line) {
+    struct evalset *set = mem_calloc(1, sizeof *set);
+    set->path = mem_strdup("one.jsonl");
+    set->n_cases = 1;
+    set->cases = mem_calloc(1, sizeof *set->cases);
+    parse(line, &set->cases[0]);
+    return set;
+}
+
+Test(permute, one_option_questions_are_left_out) {
+    struct evalset *set = one_case_set(
+        "{\"id\": \"x\", \"state\": \"s\", \"questions\": {"
+        "\"one\": {\"type\": \"choice\", \"instructions\": \"x\", \"criteria\": {\"only\": null}},"
+        "\"two\": {\"type\": \"choice\", \"instructions\": \"x\", \"criteria\": {\"a\": null,"
+        " \"b\": null}}}, \"gold\": {\"one\": \"only\", \"two\": \"b\"}}");
+    struct evalset *out = NULL;
+    char err[256] = "";
+    cr_assert_eq(permute_set_new(set, 3, 1, &out, err, sizeof err), TANDEM_OK, "%s", err);
+    cr_assert_eq(out->n_cases, 3);
+    for (size_t i = 0; i < out->n_cases; i++) {
+        cr_assert_eq(out->cases[i].n_questions, 1, "case %zu", i);
+        cr_expect_str_eq(out->cases[i].q[0].id, "two");
+        cr_expect_str_eq(out->cases[i].q[0].options[0], "b", "two options are swapped");
+    }
+    evalset_free(out);
+    evalset_free(set);
+
+    set = one_case_set("{\"id\": \"y\", \"state\": \"s\", \"questions\": {\"one\": {\"type\":"
+                       " \"choice\", \"instructions\": \"x\", \"criteria\": {\"only\": null}}}}");
+    out = NULL;
+    cr_expect_eq(permute_set_new(set, 3, 1, &out, err, sizeof err), TANDEM_ERR_INVAL);
+    cr_expect_null(out);
+    cr_expect(strstr(err, "one.jsonl has no choice question"), "%s", err);
+    evalset_free(set);
+}

@@ -66,3 +66,18 @@ Test(utf8, bad_line_names_the_first_invalid_byte) {
     static const char cut[] = "x\n\n\xe2\x82";
     cr_assert_eq(utf8_bad_line((const unsigned char *)cut, sizeof cut - 1), 3);
 }
+
+/* tandem_utf8_trim(s, len): s[0..len) is a message cut to fit; a sequence it
+ * cuts is dropped, whole ones are kept. */
+Test(utf8, trim_drops_a_cut_sequence) {
+    static const char text[] = "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\xA6\x86"; /* a é € 🦆 */
+    static const size_t kept[] = {0, 1, 1, 3, 3, 3, 6, 6, 6, 6, 10};
+    for (size_t len = 0; len < sizeof kept / sizeof *kept; len++) {
+        char s[sizeof text];
+        memcpy(s, text, len);
+        s[len] = '\0';
+        tandem_utf8_trim(s, len);
+        cr_expect_eq(strlen(s), kept[len], "cut at %zu", len);
+        cr_expect_eq(utf8_bad_line((const unsigned char *)s, strlen(s)), 0, "cut at %zu", len);
+    }
+}

@@ -7,6 +7,7 @@
 #ifndef TANDEM_ERR_H
 #define TANDEM_ERR_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #define TANDEM_ERR_MAP(X)                                            \
@@ -48,11 +49,12 @@ const char *tandem_errname(tandem_err err);
 /* Formats a message into the optional caller-owned buffer buf[len], the
  * convention for detail beyond the code: does nothing when buf is NULL or len
  * is 0, truncates to fit otherwise (never inside a UTF-8 sequence). */
-/* Cuts the NUL-terminated s[0..len) back so that it does not end inside a
- * UTF-8 sequence (for messages truncated to fit a buffer). */
-void tandem_utf8_trim(char *s, size_t len);
-
 void tandem_errmsg(char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* tandem_errmsg() with its arguments in ap (which it consumes, as vsnprintf
+ * does), for functions that format their own messages. */
+void tandem_verrmsg(char *buf, size_t len, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 #endif

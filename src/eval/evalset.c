@@ -1,11 +1,13 @@
 /* evalset.c: loading and validating JSONL evaluation datasets.
  *
  * Each line is parsed by jansson (duplicate keys refused) and then checked
- * field by field against the /v1/systemone request contract and the gold
- * rules of docs/eval-format.md, so that a bad dataset fails before any request
- * is sent, with "file:line: field: reason". The state and questions are kept
- * as jansson references and sent as written; only what scoring needs (option
- * keys, gold index, target distribution) is extracted into plain arrays.
+ * field by field against the /v1/systemone request contract (each question
+ * by proto/s1q.c, the check the daemon makes too, worded here in the loader's
+ * style) and the gold rules of docs/eval-format.md, so that a bad dataset
+ * fails before any request is sent, with "file:line: field: reason". The
+ * state and questions are kept as jansson references and sent as written;
+ * only what scoring needs (option keys, gold index, target distribution) is
+ * extracted into plain arrays.
  * An audit log kept with logs.bodies loads the same way: each served
  * /v1/systemone request becomes a case (id = request_id), through the same
  * line validation. evalset_split() is the seeded calibration/held-out split,
@@ -23,18 +25,10 @@
 
 #include "base/mem.h"
 #include "base/rng.h"
+#include "proto/s1q.h"
 
 /* How far a target distribution's sum may stray from 1. */
 #define TARGET_SUM_TOLERANCE 1e-6
-
-const char *evalset_type_name(enum evalset_type t) {
-    switch (t) {
-    case EVALSET_TYPE_CHOICE: return "choice";
-    case EVALSET_TYPE_SCORE: return "score";
-    case EVALSET_TYPE_NOUL: return "noul";
-    }
-    return "?";
-}
 
 /* Context of one line's validation: where, and the caller's message buffer. */
 struct ctx {
@@ -51,7 +45,7 @@ __attribute__((format(printf, 2, 3))) static tandem_err fail(const struct ctx *x
         if (n >= 0 && (size_t)n < x->errlen) {
             va_list ap;
             va_start(ap, fmt);
-            vsnprintf(x->err + n, x->errlen - (size_t)n, fmt, ap);
+            tandem_verrmsg(x->err + n, x->errlen - (size_t)n, fmt, ap);
             va_end(ap);
         }
     }
@@ -75,10 +69,6 @@ static const char *json_kind(const json_t *v) {
     case JSON_NULL: return "null";
     }
     return "?";
-}
-
-static bool is_text_like(const json_t *v) {
-    return json_is_string(v) || json_is_object(v) || json_is_array(v);
 }
 
 /* The options of a question, "a, b, c" (cut short with "..." for long lists). */
@@ -127,100 +117,126 @@ static tandem_err set_options(const struct ctx *x, struct evalset_question *q, s
     return TANDEM_OK;
 }
 
-/* Checks questions.<qid> and fills q's id, type and options. */
-static tandem_err parse_question(const struct ctx *x, const char *qid, json_t *jq,
-                                 struct evalset_question *q) {
-    if (!*qid)
-        return fail(x, "questions: a question id must not be empty");
-    if (!json_is_object(jq))
-        return fail(x, "questions.%s: must be an object, not %s", qid, json_kind(jq));
+/* The "(got ...)" of a choice or score criteria count or kind problem. */
+static void criteria_got(const struct s1q_problem *p, char *got, size_t cap) {
+    const char *kind = p->value ? json_kind(p->value) : "nothing";
+    if (p->fault == S1Q_FAULT_CRITERIA_FEW && p->type == S1Q_TYPE_CHOICE)
+        snprintf(got, cap, "an empty object");
+    else if (p->fault == S1Q_FAULT_CRITERIA_FEW)
+        snprintf(got, cap, "%s with fewer than %u", kind, p->min);
+    else if (p->fault == S1Q_FAULT_CRITERIA_MANY)
+        snprintf(got, cap, "%s with too many", kind);
+    else
+        snprintf(got, cap, "%s", kind);
+}
+
+/* The loader's words for a criteria problem: missing, of the wrong kind, or
+ * a count out of range. */
+static tandem_err criteria_fault(const struct ctx *x, const struct s1q_problem *p) {
+    if (p->type == S1Q_TYPE_NOUL)
+        return fail(x, "questions.%s.criteria: a noul question takes null or an object "
+                       "{\"true\": ..., \"false\": ...}, not %s", p->qid, json_kind(p->value));
+    bool choice = p->type == S1Q_TYPE_CHOICE;
+    char got[64];
+    criteria_got(p, got, sizeof got);
+    return fail(x, "questions.%s.criteria: a %s question needs %s of %u to %u %s (got %s)",
+                p->qid, s1q_type_name(p->type), choice ? "an object" : "an array",
+                choice ? S1Q_MIN_CHOICE_OPTIONS : S1Q_MIN_SCORE_LEVELS,
+                choice ? S1Q_MAX_CHOICE_OPTIONS : S1Q_MAX_SCORE_LEVELS,
+                choice ? "options" : "levels, lowest first", got);
+}
+
+/* The loader's words for the problem s1q_check() found in a question. */
+static tandem_err question_fault(const struct ctx *x, const struct s1q_problem *p) {
+    const char *id = p->qid;
+    switch (p->fault) {
+    case S1Q_FAULT_NONE: return TANDEM_OK;
+    case S1Q_FAULT_ID_EMPTY: return fail(x, "questions: a question id must not be empty");
+    case S1Q_FAULT_NOT_OBJECT:
+        return fail(x, "questions.%s: must be an object, not %s", id, json_kind(p->value));
+    case S1Q_FAULT_TYPE_MISSING:
+        return fail(x, "questions.%s: missing \"type\" (choice, score or noul)", id);
+    case S1Q_FAULT_TYPE_KIND:
+    case S1Q_FAULT_TYPE_UNKNOWN:
+        return fail(x, "questions.%s.type: must be \"choice\", \"score\" or \"noul\"", id);
+    case S1Q_FAULT_INSTRUCTIONS_MISSING:
+        return fail(x, "questions.%s: missing \"instructions\"", id);
+    case S1Q_FAULT_INSTRUCTIONS_KIND:
+        return fail(x, "questions.%s.instructions: must be a string, object or array, not %s",
+                    id, json_kind(p->value));
+    case S1Q_FAULT_CRITERIA_MISSING:
+    case S1Q_FAULT_CRITERIA_KIND:
+    case S1Q_FAULT_CRITERIA_FEW:
+    case S1Q_FAULT_CRITERIA_MANY: return criteria_fault(x, p);
+    case S1Q_FAULT_CRITERIA_KEY:
+        return fail(x, "questions.%s.criteria: unknown key \"%s\" (a noul question takes only "
+                       "\"true\" and \"false\")", id, p->key);
+    case S1Q_FAULT_DESCRIPTION_KIND:
+        if (p->type == S1Q_TYPE_SCORE)
+            return fail(x, "questions.%s.criteria[%zu]: a level must be a string, object or "
+                           "array, not %s", id, p->index, json_kind(p->value));
+        return fail(x, "questions.%s.criteria.%s: must be a string, object, array or null, "
+                       "not %s", id, p->key, json_kind(p->value));
+    }
+    return TANDEM_ERR_INVAL;
+}
+
+/* Fills q's answer keys from the criteria of a valid question of q->type:
+ * the choice options in order, the score levels "0".."n-1", or noul's. */
+static tandem_err set_answer_keys(const struct ctx *x, struct evalset_question *q, json_t *crit) {
+    size_t n = q->type == S1Q_TYPE_CHOICE  ? json_object_size(crit)
+               : q->type == S1Q_TYPE_SCORE ? json_array_size(crit)
+                                           : 2;
+    tandem_err e = set_options(x, q, n);
+    if (e)
+        return e;
+    size_t i = 0;
     const char *key;
     json_t *v;
-    json_object_foreach(jq, key, v) {
-        if (strcmp(key, "type") && strcmp(key, "instructions") && strcmp(key, "criteria"))
-            return fail(x, "questions.%s: unknown field \"%s\" (expected type, instructions, "
-                           "criteria)", qid, key);
-    }
-    if (!(q->id = mem_strdup(qid)))
-        return nomem(x);
-    json_t *type = json_object_get(jq, "type");
-    const char *t = json_string_value(type);
-    if (!type)
-        return fail(x, "questions.%s: missing \"type\" (choice, score or noul)", qid);
-    if (!t || (strcmp(t, "choice") && strcmp(t, "score") && strcmp(t, "noul")))
-        return fail(x, "questions.%s.type: must be \"choice\", \"score\" or \"noul\"", qid);
-    json_t *ins = json_object_get(jq, "instructions");
-    if (!ins)
-        return fail(x, "questions.%s: missing \"instructions\"", qid);
-    if (!is_text_like(ins))
-        return fail(x, "questions.%s.instructions: must be a string, object or array, not %s",
-                    qid, json_kind(ins));
-    json_t *crit = json_object_get(jq, "criteria");
-    if (!strcmp(t, "choice")) {
-        q->type = EVALSET_TYPE_CHOICE;
-        size_t n = json_is_object(crit) ? json_object_size(crit) : 0;
-        if (!json_is_object(crit) || n < 2 || n > EVALSET_MAX_CHOICE_OPTIONS)
-            return fail(x, "questions.%s.criteria: a choice question needs an object of 2 to %d "
-                           "options (got %s%s)", qid, EVALSET_MAX_CHOICE_OPTIONS,
-                        crit ? json_kind(crit) : "nothing",
-                        json_is_object(crit) ? (n < 2 ? " with fewer than 2" : " with too many")
-                                             : "");
-        tandem_err e = set_options(x, q, n);
-        if (e)
-            return e;
-        size_t i = 0;
+    char level[24]; /* any size_t */
+    switch (q->type) {
+    case S1Q_TYPE_CHOICE:
         json_object_foreach(crit, key, v) {
-            if (!*key)
-                return fail(x, "questions.%s.criteria: an option name must not be empty", qid);
-            if (!is_text_like(v) && !json_is_null(v))
-                return fail(x, "questions.%s.criteria.%s: must be a string, object, array or "
-                               "null, not %s", qid, key, json_kind(v));
             if (!(q->options[i++] = mem_strdup(key)))
                 return nomem(x);
         }
-    } else if (!strcmp(t, "score")) {
-        q->type = EVALSET_TYPE_SCORE;
-        size_t n = json_is_array(crit) ? json_array_size(crit) : 0;
-        if (n < 2 || n > EVALSET_MAX_SCORE_LEVELS)
-            return fail(x, "questions.%s.criteria: a score question needs an array of 2 to %d "
-                           "levels, lowest first (got %s%s)", qid, EVALSET_MAX_SCORE_LEVELS,
-                        crit ? json_kind(crit) : "nothing",
-                        json_is_array(crit) ? (n < 2 ? " with fewer than 2" : " with too many")
-                                            : "");
-        tandem_err e = set_options(x, q, n);
-        if (e)
-            return e;
-        for (size_t i = 0; i < n; i++) {
-            char name[8];
-            if (!is_text_like(json_array_get(crit, i)))
-                return fail(x, "questions.%s.criteria[%zu]: a level must be a string, object or "
-                               "array, not %s", qid, i, json_kind(json_array_get(crit, i)));
-            snprintf(name, sizeof name, "%zu", i);
-            if (!(q->options[i] = mem_strdup(name)))
+        break;
+    case S1Q_TYPE_SCORE:
+        for (; i < n; i++) {
+            snprintf(level, sizeof level, "%zu", i);
+            if (!(q->options[i] = mem_strdup(level)))
                 return nomem(x);
         }
-    } else {
-        q->type = EVALSET_TYPE_NOUL;
-        if (crit && !json_is_null(crit)) {
-            if (!json_is_object(crit))
-                return fail(x, "questions.%s.criteria: a noul question takes null or an object "
-                               "{\"true\": ..., \"false\": ...}, not %s", qid, json_kind(crit));
-            json_object_foreach(crit, key, v) {
-                if (strcmp(key, "true") && strcmp(key, "false"))
-                    return fail(x, "questions.%s.criteria: unknown key \"%s\" (a noul question "
-                                   "takes only \"true\" and \"false\")", qid, key);
-                if (!is_text_like(v) && !json_is_null(v))
-                    return fail(x, "questions.%s.criteria.%s: must be a string, object, array "
-                                   "or null, not %s", qid, key, json_kind(v));
-            }
-        }
-        tandem_err e = set_options(x, q, 2);
-        if (e)
-            return e;
-        if (!(q->options[0] = mem_strdup("true")) || !(q->options[1] = mem_strdup("false")))
+        break;
+    case S1Q_TYPE_NOUL:
+        if (!(q->options[0] = mem_strdup(S1Q_NOUL_TRUE)) ||
+            !(q->options[1] = mem_strdup(S1Q_NOUL_FALSE)))
             return nomem(x);
+        break;
     }
     return TANDEM_OK;
+}
+
+/* Checks questions.<qid> and fills q's id, type and options. The question is
+ * the API's (s1q_check()), with one rule of the dataset format on top: no
+ * fields beyond the API's, so that a typo is not sent silently. */
+static tandem_err parse_question(const struct ctx *x, const char *qid, json_t *jq,
+                                 struct evalset_question *q) {
+    const char *key;
+    json_t *v;
+    if (*qid && json_is_object(jq))
+        json_object_foreach(jq, key, v) {
+            if (!s1q_field_known(key))
+                return fail(x, "questions.%s: unknown field \"%s\" (expected type, instructions, "
+                               "criteria)", qid, key);
+        }
+    struct s1q_problem p;
+    if (s1q_check(qid, jq, S1Q_MAX_CHOICE_OPTIONS, &p, NULL, 0))
+        return question_fault(x, &p);
+    if (!(q->id = mem_strdup(qid)))
+        return nomem(x);
+    q->type = p.type;
+    return set_answer_keys(x, q, json_object_get(jq, "criteria"));
 }
 
 /* Resolves a plain gold answer v of question q to an option index. */
@@ -228,7 +244,7 @@ static tandem_err gold_index(const struct ctx *x, const struct evalset_question 
                              const char *where, json_t *v, size_t *out) {
     char opts[256];
     switch (q->type) {
-    case EVALSET_TYPE_CHOICE:
+    case S1Q_TYPE_CHOICE:
         if (!json_is_string(v))
             return fail(x, "%s: a choice answer must be an option name (a string), not %s",
                         where, json_kind(v));
@@ -240,13 +256,13 @@ static tandem_err gold_index(const struct ctx *x, const struct evalset_question 
         option_list(q, opts, sizeof opts);
         return fail(x, "%s: \"%s\" is not an option of question %s (%s)", where,
                     json_string_value(v), q->id, opts);
-    case EVALSET_TYPE_NOUL:
+    case S1Q_TYPE_NOUL:
         if (!json_is_boolean(v))
             return fail(x, "%s: a noul answer must be true or false, not %s", where,
                         json_kind(v));
         *out = json_is_true(v) ? 0 : 1;
         return TANDEM_OK;
-    case EVALSET_TYPE_SCORE:
+    case S1Q_TYPE_SCORE:
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) >= (json_int_t)q->n_options)
             return fail(x, "%s: a score answer must be a level, an integer from 0 to %zu%s%s",
@@ -360,7 +376,7 @@ static tandem_err parse_case(const struct ctx *x, json_t *doc, struct evalset_ca
     json_t *state = json_object_get(doc, "state");
     if (!state)
         return fail(x, "missing \"state\"");
-    if (!is_text_like(state))
+    if (!s1q_is_text(state))
         return fail(x, "state: must be a string, object or array, not %s", json_kind(state));
     json_t *qs = json_object_get(doc, "questions");
     if (!qs)

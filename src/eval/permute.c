@@ -2,7 +2,8 @@
  *
  * A model without position bias picks the same option whatever order the
  * options come in. To measure that, every choice question of the set is
- * asked again in k seeded orders, and each answer is compared with the
+ * asked again in k seeded orders (but one of a single option, which has no
+ * other order), and each answer is compared with the
  * original order's answer, option by option (by name, not by position).
  *
  * How: permute_orders() draws each question's k orders (splitmix64 +
@@ -85,6 +86,12 @@ void permute_orders(uint64_t seed, size_t case_index, size_t question, size_t n,
 
 /* --- the permuted copy of a case ----------------------------------------------- */
 
+/* Whether q is asked in other orders: a choice question of two or more
+ * options (the contract allows one, which has no other order). */
+static bool permutable(const struct evalset_question *q) {
+    return q->type == EVALSET_TYPE_CHOICE && q->n_options >= 2;
+}
+
 /* A copy of choice question jq (borrowed) whose criteria keys follow perm. */
 static json_t *permuted_question(const json_t *jq, const struct evalset_question *q,
                                  const size_t *perm) {
@@ -113,7 +120,7 @@ static json_t *permuted_case_json(const struct evalset_case *c, const size_t *co
     int bad = !doc || !qs || !gold;
     for (size_t i = 0; !bad && i < c->n_questions; i++) {
         const struct evalset_question *q = &c->q[i];
-        if (q->type != EVALSET_TYPE_CHOICE)
+        if (!permutable(q))
             continue;
         bad = json_object_set_new(qs, q->id, permuted_question(
                                       json_object_get(c->questions, q->id), q,
@@ -135,7 +142,7 @@ static json_t *permuted_case_json(const struct evalset_case *c, const size_t *co
 
 static bool has_choice(const struct evalset_case *c) {
     for (size_t i = 0; i < c->n_questions; i++)
-        if (c->q[i].type == EVALSET_TYPE_CHOICE)
+        if (permutable(&c->q[i]))
             return true;
     return false;
 }
@@ -194,7 +201,7 @@ static tandem_err plan_add_case(struct plan *pl, const struct evalset_case *c, s
     pl->first[pl->n_cases++] = pl->n_items;
     for (size_t qi = 0; qi < c->n_questions; qi++) {
         size_t n = c->q[qi].n_options;
-        if (c->q[qi].type != EVALSET_TYPE_CHOICE)
+        if (!permutable(&c->q[qi]))
             continue;
         struct item *it = &pl->items[pl->n_items];
         *it = (struct item){.c = ci, .q = qi, .n = n,

@@ -2,7 +2,9 @@
  *
  * Every choice question of a set is asked again with its options in K seeded
  * permutations; the answers, mapped back to the original option order, show
- * how much the model's decision depends on where an option stands. */
+ * how much the model's decision depends on where an option stands. A choice
+ * question of one option has no other order: here it counts as no choice
+ * question. */
 #ifndef TANDEM_PERMUTE_H
 #define TANDEM_PERMUTE_H
 

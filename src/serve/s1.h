@@ -12,21 +12,24 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "proto/s1q.h"
 
-/* The API's limits; a model may accept fewer choice options (openjev: 52). */
-#define S1_MAX_CHOICE_OPTIONS 255u
-#define S1_OPENJEV_MAX_CHOICE_OPTIONS 52u
-#define S1_MIN_SCORE_LEVELS 2u
-#define S1_MAX_SCORE_LEVELS 10u
+/* The API's limits, as the question contract (proto/s1q.h) defines them; a
+ * model may accept fewer choice options (openjev: 52). */
+#define S1_MAX_CHOICE_OPTIONS S1Q_MAX_CHOICE_OPTIONS
+#define S1_OPENJEV_MAX_CHOICE_OPTIONS S1Q_OPENJEV_MAX_CHOICE_OPTIONS
+#define S1_MIN_SCORE_LEVELS S1Q_MIN_SCORE_LEVELS
+#define S1_MAX_SCORE_LEVELS S1Q_MAX_SCORE_LEVELS
 
 /* Checks a parsed POST /v1/systemone body (borrowed, not modified) against
  * the request contract:
  *   - the body is an object;
  *   - "model": optional string;
  *   - "state": required string, object or array;
- *   - "questions": required non-empty object, id -> question object, each with
- *     "type" ("choice", "score" or "noul") and "instructions" (string, object
- *     or array), and "criteria" by type:
+ *   - "questions": required non-empty object, id -> question, each checked by
+ *     s1q_check() with max_options (proto/s1q.h): "type" ("choice", "score"
+ *     or "noul") and "instructions" (string, object or array), and "criteria"
+ *     by type:
  *       choice: required object, option -> description (string, object, array
  *               or null), 1 to max_options options;
  *       score:  required array of S1_MIN_SCORE_LEVELS to S1_MAX_SCORE_LEVELS

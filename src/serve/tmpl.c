@@ -45,6 +45,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/utf8.h"
+
 enum part_kind {
     PART_TEXT,         /* the range is literal text */
     PART_STATE,
