@@ -24,7 +24,7 @@
 #include "serve/config_schema.h"
 #include "serve/config_walk.h"
 
-/* --- cross-checks, defaults, entry points ----------------------------------------------------- */
+/* --- cross-checks ------------------------------------------------------------------------------ */
 
 /* How many names (model names and aliases) equal name. */
 static size_t name_count(const struct config *c, const char *name) {
@@ -48,9 +48,10 @@ static bool check_names(struct config_walk *w, struct config *c, struct fy_node 
         if (reserved_name(m->name)) {
             snprintf(p, sizeof p, "models.%s", m->name);
             w->line = (int)m->line;
-            return config_walk_fail(w, TANDEM_ERR_FORMAT, NULL, p,
-                                    "a model name may not begin with \""
-                        CONFIG_PIPELINE_MODEL_PREFIX "\" (that calls a pipeline)");
+            return config_walk_fail(
+                w, TANDEM_ERR_FORMAT, NULL, p,
+                "a model name may not begin with \"" CONFIG_PIPELINE_MODEL_PREFIX
+                "\" (that calls a pipeline)");
         }
         for (size_t a = 0; a < m->n_aliases; a++) {
             const char *alias = m->aliases[a];
@@ -59,12 +60,12 @@ static bool check_names(struct config_walk *w, struct config *c, struct fy_node 
                 continue;
             snprintf(p, sizeof p, "models.%s.aliases[%zu]", m->name, a);
             w->line = (int)m->line;
-            return config_walk_fail(w, TANDEM_ERR_FORMAT, NULL, p,
-                                    reserved ? "\"%s\" may not begin with \""
-                                               CONFIG_PIPELINE_MODEL_PREFIX
-                                               "\" (that calls a pipeline)"
-                                             : "\"%s\" already names another model or alias",
-                                    alias);
+            return config_walk_fail(
+                w, TANDEM_ERR_FORMAT, NULL, p,
+                reserved ? "\"%s\" may not begin with \"" CONFIG_PIPELINE_MODEL_PREFIX
+                           "\" (that calls a pipeline)"
+                         : "\"%s\" already names another model or alias",
+                alias);
         }
     }
     if (c->default_model && !config_find_model(c, c->default_model))
@@ -86,8 +87,7 @@ const struct config_question *config_find_verify_question(const struct config_pi
  * question ids are unique, thresholds name a verify question and suit its
  * type, an escalation names something that exists. */
 static bool check_stage_model(struct config_walk *w, const struct config *c,
-                              const struct config_stage *st,
-                              const char *path) {
+                              const struct config_stage *st, const char *path) {
     if (config_find_model(c, st->model))
         return true;
     w->line = (int)st->model_line;
@@ -115,13 +115,11 @@ static bool check_threshold(struct config_walk *w, const struct config_pipeline 
             if (!strcmp(q->keys[i], th->option))
                 return true;
         return config_walk_fail(w, TANDEM_ERR_FORMAT, NULL, p, "\"%s\" is not an option of %s",
-                                th->option,
-                                q->id);
+                                th->option, q->id);
     }
     if (q->type == CONFIG_Q_NOUL && (th->value < 0 || th->value > 1))
         return config_walk_fail(w, TANDEM_ERR_FORMAT, NULL, p,
-                                "a noul is a probability: 0 to 1, got %g",
-                                th->value);
+                                "a noul is a probability: 0 to 1, got %g", th->value);
     return true;
 }
 
@@ -136,8 +134,7 @@ static bool check_escalation(struct config_walk *w, const struct config *c,
                                 "is required with on_reject: escalate");
     if (pl->escalate_model && !config_find_model(c, pl->escalate_model))
         return config_walk_fail(w, TANDEM_ERR_FORMAT, NULL, p,
-                                "model \"%s\" is not a model or alias",
-                                pl->escalate_model);
+                                "model \"%s\" is not a model or alias", pl->escalate_model);
     const struct config_pipeline *next = pl;
     for (size_t hops = 0; next && next->escalate_pipeline; hops++) {
         const char *to = next->escalate_pipeline;
@@ -146,8 +143,7 @@ static bool check_escalation(struct config_walk *w, const struct config *c,
                                     to);
         if (next == pl || hops > c->n_pipelines)
             return config_walk_fail(w, TANDEM_ERR_FORMAT, NULL, p,
-                                    "escalation comes back to %s (a cycle)",
-                                    pl->name);
+                                    "escalation comes back to %s (a cycle)", pl->name);
     }
     return true;
 }

@@ -64,7 +64,8 @@ static bool k_node_id(struct config_walk *w, struct fy_node *v, const char *p, v
         if (*c <= ' ' || *c == 0x7f || (unsigned char)*c >= 0x80)
             return config_walk_fail(w, TANDEM_ERR_FORMAT, v, p,
                                     "a node id is printable ASCII without spaces "
-                                    "(it is sent in a header), got \"%s\"", s);
+                                    "(it is sent in a header), got \"%s\"",
+                                    s);
     if (!s[0])
         return config_walk_fail(w, TANDEM_ERR_FORMAT, v, p, "must not be empty");
     memcpy(CFG(t)->node_id, s, sizeof s);
@@ -170,8 +171,10 @@ static bool k_m_extra(struct config_walk *w, struct fy_node *v, const char *p, v
     for (size_t i = 0; i < MODEL(t)->n_extra_args; i++)
         for (const char *const *f = OWNED_FLAGS; *f; f++)
             if (!strcmp(MODEL(t)->extra_args[i], *f))
-                return config_walk_fail(w, TANDEM_ERR_FORMAT, v, p, "%s is set by tandem from "
-                                        "the plan; use the model's own key", *f);
+                return config_walk_fail(w, TANDEM_ERR_FORMAT, v, p,
+                                        "%s is set by tandem from "
+                                        "the plan; use the model's own key",
+                                        *f);
     return true;
 }
 
@@ -189,7 +192,8 @@ static bool check_urls(struct config_walk *w, struct fy_node *v, const char *p, 
             return config_walk_fail(w, TANDEM_ERR_FORMAT, item, sub, "\"%s\": %s", urls[i], why);
         const char *auth = strstr(urls[i], "://") + 3;
         if (origin && auth[strcspn(auth, "/")])
-            return config_walk_fail(w, TANDEM_ERR_FORMAT, item, sub, "\"%s\": an origin is "
+            return config_walk_fail(w, TANDEM_ERR_FORMAT, item, sub,
+                                    "\"%s\": an origin is "
                                     "http(s)://host[:port], with nothing after the host or port",
                                     urls[i]);
     }
@@ -228,8 +232,7 @@ static bool k_u_api_key_env(struct config_walk *w, struct fy_node *v, const char
     const char *key = getenv(u->api_key_env);
     if (!key || !*key)
         return config_walk_fail(w, TANDEM_ERR_FORMAT, v, p,
-                                "the environment variable %s is not set",
-                                u->api_key_env);
+                                "the environment variable %s is not set", u->api_key_env);
     mem_free(u->api_key);
     if (!(u->api_key = mem_strdup(key)))
         return config_walk_fail(w, TANDEM_ERR_NOMEM, v, p, "out of memory");
@@ -247,8 +250,7 @@ static bool k_u_health(struct config_walk *w, struct fy_node *v, const char *p, 
         return true;
     if (s[0] != '/' || strpbrk(s, "?# \t"))
         return config_walk_fail(w, TANDEM_ERR_FORMAT, v, p,
-                                "expected a path like /health, or none, got \"%s\"",
-                                s);
+                                "expected a path like /health, or none, got \"%s\"", s);
     if (!(u->health = mem_strdup(s)))
         return config_walk_fail(w, TANDEM_ERR_NOMEM, v, p, "out of memory");
     return true;
@@ -320,10 +322,11 @@ static bool check_model_kind(struct config_walk *w, struct fy_node *k, struct fy
         if (!n)
             continue;
         snprintf(at, sizeof at, "%s.%s", sub, *key);
-        return config_walk_fail(w, TANDEM_ERR_FORMAT, n, at, remote
-                                ? "configures a local engine; a remote model (upstream:) takes "
-                                  "only aliases, dialect, api_key_env, timeout and health"
-                                : "is for a remote model (upstream:), not a local one (path:)");
+        return config_walk_fail(w, TANDEM_ERR_FORMAT, n, at,
+                                remote
+                                    ? "configures a local engine; a remote model (upstream:) takes "
+                                      "only aliases, dialect, api_key_env, timeout and health"
+                                    : "is for a remote model (upstream:), not a local one (path:)");
     }
     return true;
 }
@@ -343,7 +346,8 @@ static bool check_determinism(struct config_walk *w, struct fy_node *mv, const c
     return config_walk_fail(w, TANDEM_ERR_FORMAT, n, at,
                             "%u slots need determinism: relaxed (with more than one slot, the same "
                             "request gets other bytes under concurrent load; docs/serve.md, "
-                            "Determinism)", m->settings.parallel);
+                            "Determinism)",
+                            m->settings.parallel);
 }
 
 /* One entry of models: (ctx is the config). */
@@ -368,7 +372,8 @@ static bool model_entry(struct config_walk *w, struct fy_node *k, struct fy_node
         return config_walk_fail(w, TANDEM_ERR_FORMAT,
                                 fy_node_mapping_lookup_by_string(mv, "device", -1), at,
                                 "cpu contradicts ngl: %d (ngl counts layers on a GPU); drop one "
-                                "of the two", m->settings.ngl);
+                                "of the two",
+                                m->settings.ngl);
     }
     return true;
 }
@@ -411,7 +416,8 @@ static bool k_allowed_hosts(struct config_walk *w, struct fy_node *v, const char
             return config_walk_fail(w, TANDEM_ERR_FORMAT, item, sub,
                                     "\"%s\": expected a host name without scheme, port or "
                                     "path (\"tandem.example\", \"10.0.0.5\", \"[fd00::1]\"), "
-                                    "or \"*\" for any", h);
+                                    "or \"*\" for any",
+                                    h);
         lowercase(h); /* DNS names are case-insensitive */
     }
     return true;
@@ -565,9 +571,9 @@ static bool question_criteria(struct config_walk *w, struct qwalk *qw) {
                                 q->type == CONFIG_Q_CHOICE ? "choice" : "score");
     }
     if (q->type == CONFIG_Q_SCORE)
-        return fy_node_is_sequence(c) ? text_list(w, c, p, q)
-                                      : config_walk_fail(w, TANDEM_ERR_FORMAT, c, p,
-                                                         "expected a list of levels");
+        return fy_node_is_sequence(c)
+                   ? text_list(w, c, p, q)
+                   : config_walk_fail(w, TANDEM_ERR_FORMAT, c, p, "expected a list of levels");
     if (!fy_node_is_mapping(c))
         return config_walk_fail(w, TANDEM_ERR_FORMAT, c, p, "expected a mapping of %s",
                                 q->type == CONFIG_Q_CHOICE ? "option -> description"
@@ -690,7 +696,8 @@ static bool parse_threshold(struct config_walk *w, struct fy_node *v, const char
     if (!rest || !*rest)
         return config_walk_fail(w, TANDEM_ERR_FORMAT, v, p,
                                 "expected \"OP VALUE\" with OP one of >=, >, <=, <, ==, "
-                                "got \"%s\"", s);
+                                "got \"%s\"",
+                                s);
     th->line = (uint32_t)config_walk_line(v);
     if (!strcmp(th->op, "==")) {
         if (!(th->option = mem_strdup(rest)))
@@ -701,8 +708,7 @@ static bool parse_threshold(struct config_walk *w, struct fy_node *v, const char
     th->value = strtod(rest, &end);
     if (end == rest || *end || errno)
         return config_walk_fail(w, TANDEM_ERR_FORMAT, v, p,
-                                "expected a number after %s, got \"%s\"", th->op,
-                                rest);
+                                "expected a number after %s, got \"%s\"", th->op, rest);
     return true;
 }
 

@@ -78,8 +78,8 @@ static bool u64_text(struct config_walk *w, struct fy_node *n, const char *path,
                                 v);
     if (x < min || x > max)
         return config_walk_fail(w, TANDEM_ERR_FORMAT, n, path,
-                                "%llu is out of range (%llu to %llu)", x,
-                                (unsigned long long)min, (unsigned long long)max);
+                                "%llu is out of range (%llu to %llu)", x, (unsigned long long)min,
+                                (unsigned long long)max);
     *out = x;
     return true;
 }
@@ -118,8 +118,7 @@ static bool parse_double(struct config_walk *w, struct fy_node *n, const char *p
     double x = strtod(v, &end);
     if (end == v || *end || errno || x < f->min || x > f->max)
         return config_walk_fail(w, TANDEM_ERR_FORMAT, n, path,
-                                "expected a number from %g to %g, got \"%s\"",
-                                f->min, f->max, v);
+                                "expected a number from %g to %g, got \"%s\"", f->min, f->max, v);
     *(double *)at = x;
     return true;
 }
