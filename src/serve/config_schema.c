@@ -62,10 +62,8 @@ static bool k_node_id(struct config_walk *w, struct fy_node *v, const char *p, v
         return false;
     for (const char *c = s; *c; c++)
         if (*c <= ' ' || *c == 0x7f || (unsigned char)*c >= 0x80)
-            return config_walk_fail(w, TANDEM_ERR_FORMAT, v, p,
-                                    "a node id is printable ASCII without spaces "
-                                    "(it is sent in a header), got \"%s\"",
-                                    s);
+            return config_walk_fail(w, TANDEM_ERR_FORMAT, v, p, "a node id is printable ASCII "
+                                    "without spaces (it is sent in a header), got \"%s\"", s);
     if (!s[0])
         return config_walk_fail(w, TANDEM_ERR_FORMAT, v, p, "must not be empty");
     memcpy(CFG(t)->node_id, s, sizeof s);
@@ -110,7 +108,7 @@ static const struct config_field SHUTDOWN[] = {
     {NULL}};
 static const struct config_field NODE[] = {{"id", CONFIG_CUSTOM(k_node_id)}, {NULL}};
 static const struct config_field METRICS[] = {
-    {"compat", CONFIG_ENUM(struct config, metrics_vllm, METRICS_COMPAT)},
+    {"compat", CONFIG_ENUM(struct config, metrics_vllm, METRICS_COMPAT), .def = "none"},
     {"require_key", CONFIG_BOOL(struct config, metrics_require_key)},
     {NULL}};
 static const struct config_field LOGS[] = {
@@ -119,7 +117,7 @@ static const struct config_field LOGS[] = {
     {"bodies", CONFIG_BOOL(struct config, log_bodies)},
     {"audit_max", CONFIG_SIZE(struct config, audit_max_bytes), .def = "64MiB"},
     {"audit_keep", CONFIG_UINT(struct config, audit_keep, 0, UINT32_MAX), .def = "5"},
-    {"audit_on_error", CONFIG_ENUM(struct config, audit_fail, AUDIT_ON_ERROR)},
+    {"audit_on_error", CONFIG_ENUM(struct config, audit_fail, AUDIT_ON_ERROR), .def = "continue"},
     {NULL}};
 
 /* --- models ------------------------------------------------------------ */
@@ -171,10 +169,8 @@ static bool k_m_extra(struct config_walk *w, struct fy_node *v, const char *p, v
     for (size_t i = 0; i < MODEL(t)->n_extra_args; i++)
         for (const char *const *f = OWNED_FLAGS; *f; f++)
             if (!strcmp(MODEL(t)->extra_args[i], *f))
-                return config_walk_fail(w, TANDEM_ERR_FORMAT, v, p,
-                                        "%s is set by tandem from "
-                                        "the plan; use the model's own key",
-                                        *f);
+                return config_walk_fail(w, TANDEM_ERR_FORMAT, v, p, "%s is set by tandem from "
+                                        "the plan; use the model's own key", *f);
     return true;
 }
 
@@ -192,8 +188,7 @@ static bool check_urls(struct config_walk *w, struct fy_node *v, const char *p, 
             return config_walk_fail(w, TANDEM_ERR_FORMAT, item, sub, "\"%s\": %s", urls[i], why);
         const char *auth = strstr(urls[i], "://") + 3;
         if (origin && auth[strcspn(auth, "/")])
-            return config_walk_fail(w, TANDEM_ERR_FORMAT, item, sub,
-                                    "\"%s\": an origin is "
+            return config_walk_fail(w, TANDEM_ERR_FORMAT, item, sub, "\"%s\": an origin is "
                                     "http(s)://host[:port], with nothing after the host or port",
                                     urls[i]);
     }
@@ -281,7 +276,8 @@ static const struct config_field MODEL_FIELDS[] = {
     {"device", CONFIG_CUSTOM(k_m_device)},
     {"threads", CONFIG_UINT(struct config_model, settings.threads, 1, UINT32_MAX)},
     {"upstream", CONFIG_CUSTOM(k_u_urls), .via = upstream_of},
-    {"determinism", CONFIG_ENUM(struct config_model, relaxed, DETERMINISM), .cap = 16},
+    {"determinism", CONFIG_ENUM(struct config_model, relaxed, DETERMINISM), .cap = 16,
+     .def = "strict"},
     {"dialect", CONFIG_ENUM(struct config_upstream, dialect, DIALECTS), .via = upstream_of},
     {"api_key_env", CONFIG_CUSTOM(k_u_api_key_env), .via = upstream_of},
     {"timeout", CONFIG_DURATION(struct config_upstream, timeout_ms), .via = upstream_of},
@@ -454,7 +450,7 @@ static bool k_mcp_origins(struct config_walk *w, struct fy_node *v, const char *
     struct config *c = CFG(t);
     char line[MSG];
     snprintf(line, sizeof line, "%s:%d: %s: deprecated: use the top-level allowed_origins, "
-                                "which every route checks (these origins are added to it)", w->file,
+             "which every route checks (these origins are added to it)", w->file,
              config_walk_line(v), p);
     char *copy = mem_strdup(line);
     char **more = copy ? mem_realloc(c->warnings, (c->n_warnings + 1) * sizeof *more) : NULL;
@@ -757,7 +753,7 @@ static const struct config_choice ON_REJECT[] = {{"next_best", CONFIG_ON_REJECT_
 static const struct config_field VERDICT_FIELDS[] = {
     {"thresholds", CONFIG_CUSTOM(k_v_thresholds)},
     {"min_confidence", CONFIG_DOUBLE(struct config_pipeline, min_confidence, 0, 1)},
-    {"on_reject", CONFIG_ENUM(struct config_pipeline, on_reject, ON_REJECT)},
+    {"on_reject", CONFIG_ENUM(struct config_pipeline, on_reject, ON_REJECT), .def = "next_best"},
     {"max_attempts", CONFIG_UINT(struct config_pipeline, max_attempts, 1, 64), .def = "3"},
     {"escalate", CONFIG_CUSTOM(k_v_escalate)},
     {NULL}};
