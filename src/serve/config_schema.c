@@ -419,8 +419,9 @@ static bool k_allowed_hosts(struct config_walk *w, struct fy_node *v, const char
     return true;
 }
 
-/* Reads the list of origins at v and appends it to c->allowed_origins. */
-static bool add_origins(struct config_walk *w, struct fy_node *v, const char *p, struct config *c) {
+/* Reads the list of origins at v and appends it to the config's allowed_origins. */
+static bool k_allowed_origins(struct config_walk *w, struct fy_node *v, const char *p, void *t) {
+    struct config *c = CFG(t);
     char **list = NULL;
     size_t n = 0;
     if (!config_walk_list(w, v, p, &list, &n) || !check_urls(w, v, p, list, true)) {
@@ -442,10 +443,6 @@ static bool add_origins(struct config_walk *w, struct fy_node *v, const char *p,
     return true;
 }
 
-static bool k_allowed_origins(struct config_walk *w, struct fy_node *v, const char *p, void *t) {
-    return add_origins(w, v, p, CFG(t));
-}
-
 static bool k_mcp_origins(struct config_walk *w, struct fy_node *v, const char *p, void *t) {
     struct config *c = CFG(t);
     char line[MSG];
@@ -460,7 +457,7 @@ static bool k_mcp_origins(struct config_walk *w, struct fy_node *v, const char *
     }
     c->warnings = more;
     c->warnings[c->n_warnings++] = copy;
-    return add_origins(w, v, p, c);
+    return k_allowed_origins(w, v, p, c);
 }
 
 static const struct config_field MCP[] = {
