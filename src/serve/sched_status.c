@@ -20,40 +20,46 @@
 /* --- metrics ------------------------------------------------------------------------------- */
 
 void sched_status_metrics_register(struct sched *s) {
-    struct prom *p = s->p.metrics;
-    if (!p)
+    if (!s->p.metrics)
         return;
     static const char *const model[] = {"model", NULL};
     static const char *const model_device[] = {"model", "device", NULL};
-    static const double load_bounds[] = {0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120};
-    s->m_loads = prom_register(p, PROM_COUNTER, "tandem_model_loads_total",
-                               "Engine starts that became ready", model, NULL, 0);
     static const char *const model_reason[] = {"model", "reason", NULL};
-    s->m_evictions = prom_register(p, PROM_COUNTER, "tandem_model_evictions_total",
-                                   "Engines stopped, by reason: room, keep_alive, admin, shutdown",
-                                   model_reason, NULL, 0);
-    s->m_crashes = prom_register(p, PROM_COUNTER, "tandem_model_crashes_total",
-                                 "Engines that exited unasked", model, NULL, 0);
-    s->m_load_seconds = prom_register(p, PROM_HISTOGRAM, "tandem_model_load_seconds",
-                                      "Spawn to healthy", model, load_bounds,
-                                      sizeof load_bounds / sizeof *load_bounds);
-    s->m_resident = prom_register(p, PROM_GAUGE, "tandem_model_resident_bytes",
-                                  "Planned bytes of resident engines", model_device, NULL, 0);
-    s->m_queue = prom_register(p, PROM_GAUGE, "tandem_queue_depth", "Jobs waiting", NULL, NULL, 0);
-    s->m_state = prom_register(p, PROM_GAUGE, "tandem_model_resident",
-                               "1 while the model's engine is resident", model, NULL, 0);
-    s->m_device = prom_register(p, PROM_GAUGE, "tandem_model_device",
-                                "1 for the device the model's layers run on (gpu:N or cpu)",
-                                model_device, NULL, 0);
-    s->m_prefetches = prom_register(p, PROM_COUNTER, "tandem_model_prefetches_total",
-                                    "Model files read ahead of a load", model, NULL, 0);
-    s->m_retries = prom_register(p, PROM_COUNTER, "tandem_engine_retries_total",
-                                 "Requests resent after an engine failure, by reason: crash, "
-                                 "connection, server_error",
-                                 model_reason, NULL, 0);
-    s->m_failed = prom_register(p, PROM_GAUGE, "tandem_model_failed",
-                                "1 while the model is failed (crash loop) and backing off",
-                                model, NULL, 0);
+    static const double load_bounds[] = {0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120};
+    const struct {
+        struct prom_metric **out;
+        enum prom_kind kind;
+        const char *name, *help;
+        const char *const *labels;
+        const double *bounds; /* a histogram's; NULL = none */
+    } defs[] = { /* in the exposition's order */
+        {&s->m_loads, PROM_COUNTER, "tandem_model_loads_total", "Engine starts that became ready",
+         model, NULL},
+        {&s->m_evictions, PROM_COUNTER, "tandem_model_evictions_total",
+         "Engines stopped, by reason: room, keep_alive, admin, shutdown", model_reason, NULL},
+        {&s->m_crashes, PROM_COUNTER, "tandem_model_crashes_total", "Engines that exited unasked",
+         model, NULL},
+        {&s->m_load_seconds, PROM_HISTOGRAM, "tandem_model_load_seconds", "Spawn to healthy", model,
+         load_bounds},
+        {&s->m_resident, PROM_GAUGE, "tandem_model_resident_bytes",
+         "Planned bytes of resident engines", model_device, NULL},
+        {&s->m_queue, PROM_GAUGE, "tandem_queue_depth", "Jobs waiting", NULL, NULL},
+        {&s->m_state, PROM_GAUGE, "tandem_model_resident", "1 while the model's engine is resident",
+         model, NULL},
+        {&s->m_device, PROM_GAUGE, "tandem_model_device",
+         "1 for the device the model's layers run on (gpu:N or cpu)", model_device, NULL},
+        {&s->m_prefetches, PROM_COUNTER, "tandem_model_prefetches_total",
+         "Model files read ahead of a load", model, NULL},
+        {&s->m_retries, PROM_COUNTER, "tandem_engine_retries_total",
+         "Requests resent after an engine failure, by reason: crash, connection, server_error",
+         model_reason, NULL},
+        {&s->m_failed, PROM_GAUGE, "tandem_model_failed",
+         "1 while the model is failed (crash loop) and backing off", model, NULL},
+    };
+    for (size_t i = 0; i < sizeof defs / sizeof *defs; i++)
+        *defs[i].out = prom_register(s->p.metrics, defs[i].kind, defs[i].name, defs[i].help,
+                                     defs[i].labels, defs[i].bounds,
+                                     defs[i].bounds ? sizeof load_bounds / sizeof *load_bounds : 0);
 }
 
 void sched_status_count(struct prom_metric *metric, const struct sched_model *m, double v) {
