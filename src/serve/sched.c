@@ -15,7 +15,7 @@
  *      group_limit jobs while this one waited, or they have held the device
  *      for max_wait of its wait (counted from their readiness, so a slow load
  *      does not use up the turn). An idle resident whose client may come
- *      back (it finished a job less than GROUP_LINGER_MS ago) counts as busy.
+ *      back (it finished a job less than SCHED_POLICY_LINGER_MS ago) counts as busy.
  *      That is the grouping that keeps alternating clients from forcing a
  *      swap per request, and max_wait is its starvation bound.
  * Only the oldest such job is served this way (head of line for memory), so
@@ -33,7 +33,14 @@
  * its 5xx answer resends the same way, to the same engine. After
  * max_restarts crashes within CRASH_WINDOW_MS the model is failed: its jobs
  * get 503 with the cause until a back-off that doubles with each relapse
- * (FAILED_BACKOFF_FIRST_MS to FAILED_BACKOFF_MAX_MS) is over. */
+ * (sched_policy_backoff_ms) is over.
+ *
+ * Files. The decisions are pure functions of the models' views
+ * (sched_policy.c, with unit tests); this file holds the machinery that acts
+ * on them: jobs, timers and the engines' lifecycle. What the scheduler shows
+ * (status and memory JSON, events, metrics) is in sched_status.c, the slot
+ * erase before a repeated prompt in sched_erase.c, and the state they share
+ * in sched_internal.h. */
 #include "serve/sched.h"
 
 #include <errno.h>
@@ -52,248 +59,29 @@
 #include "plan/footprint.h"
 #include "base/host.h"
 #include "base/prefetch.h"
+#include "serve/sched_erase.h"
+#include "serve/sched_internal.h"
+#include "serve/sched_policy.h"
+#include "serve/sched_status.h"
 #include "serve/upstream.h"
 #include "base/mem.h"
 #include "version.h"
 
 #define HEALTH_POLL_MS 50
 #define UPSTREAM_EXIT_WAIT_MS 250 /* how long an engine hang-up waits for its exit status */
-#define CRASH_WINDOW_MS 60000
 #define DEFAULT_MAX_RESTARTS 5
-#define FAILED_BACKOFF_FIRST_MS 2000
-#define FAILED_BACKOFF_MAX_MS 300000
-/* a resident that just finished keeps its engine this long for its client's
- * next request before a waiting model may take its memory (grouping) */
-#define GROUP_LINGER_MS 150
 #define PREFETCH_MARGIN (512ull << 20) /* host RAM a read-ahead leaves free */
 #define COST_FLUSH_SAMPLES 8           /* cost samples kept in memory before a write */
 #define NO_MODEL SIZE_MAX
-#define QUEUE_EVENT_MS 100     /* queue events, at most 10 a second */
 #define MEMORY_EVENT_MS 2000   /* memory samples while someone subscribes */
 #define PROGRESS_STEP 0.05     /* loading events as the weights' fraction moves this much */
-#define RECENT_ANSWERS 16      /* answer times kept per model, for the deadline message */
-#define ERASE_POLL_MS 10       /* how often a busy slot is checked again before an erase */
-
-enum job_phase { JOB_WAITING, JOB_RUNNING, JOB_FAILING };
-
-struct smodel;
-
-struct sched_job {
-    TAILQ_ENTRY(sched_job) link; /* in s->waiting or m->running */
-    struct sched *s;
-    struct smodel *m;
-    const struct sched_job_ops *ops;
-    void *user;
-    enum job_phase phase;
-    int64_t submitted, started, deadline, loading_ms;
-    struct event *timer; /* the deadline; then the wait for an exit status */
-    char *upstream_msg;
-    uint32_t failures;   /* engine failures it lived through (2 = no more resends) */
-    long tokens;         /* prompt tokens the engine reported; <= 0 = unknown */
-    size_t next;         /* the model the owner goes to next, or NO_MODEL */
-    uint64_t prompt;     /* what its answer depends on (sched_submit); 0 = unknown */
-    struct upstream_call *erase; /* the slot check or erase that precedes its start */
-    struct event *erase_wait;    /* the next slot check, while the engine is still busy */
-};
-TAILQ_HEAD(job_list, sched_job);
-
-struct smodel {
-    struct sched *s;
-    size_t index;
-    char *name, *path;
-    const struct plan_model *pm;
-    struct plan_settings settings;
-    int32_t device;          /* GPU index, or PLACE_CPU */
-    uint64_t gpu, host;
-    int64_t keep_alive_ms, load_timeout_ms, load_estimate_ms;
-    bool pin;
-    bool load_asked; /* an admin load waits for evicted engines to exit */
-    int32_t priority;
-    char **extra;
-    enum sched_state state;
-    struct engine_child *child;
-    char log_path[4200];
-    struct event *exit_ev;
-    struct event *timer;     /* loading: health poll; stopping: SIGKILL; resident: keep-alive */
-    struct event *load_ev;   /* loading: the load timeout */
-    struct event *retry_ev;  /* backoff over: kick */
-    struct upstream_call *health;
-    struct job_list running;
-    uint32_t n_running, n_waiting, group_count;
-    int64_t *crash_at;       /* the last max_restarts crash times, a ring */
-    uint64_t crash_next;     /* where the next one goes (mod max_restarts) */
-    uint32_t relapses;       /* times failed since the last answer: the back-off's exponent */
-    bool draining, stop_asked;
-    int64_t last_used, load_started, ready_at, retry_at;
-    uint64_t loads, evictions, crash_total, prefetches, lookaheads, retries;
-    uint64_t answered; /* jobs that ran to a successful end */
-    uint64_t measured_gpu, measured_host;
-    bool handed_off;         /* its last client moved on to another model (lookahead) */
-    bool prefetched;         /* its file was read ahead for the next load (once per load) */
-    bool first_pending;      /* ready, and no answer yet: the next one is the first */
-    int64_t stop_started;    /* when the current stop was asked */
-    int64_t stop_ms, ready_ms, first_ms; /* the last swap's parts; -1 = not yet */
-    struct cost_record cost; /* samples not yet written to the cost cache */
-    char last_error[1024];
-    uint64_t file_bytes;       /* the model file's size, for the load's progress */
-    struct engine_progress *progress; /* the load's, while it has a child */
-    struct engine_progress_sample load; /* its last sample */
-    bool crashed_last;         /* its last engine crashed: the next load is a restart */
-    uint64_t last_prompt;      /* the prompt key of the last job started on this engine */
-    int64_t recent_ms[RECENT_ANSWERS]; /* submission to answer of its last answers, a ring */
-    uint32_t n_recent;         /* answers recorded there in all */
-    bool erase_warned;         /* an erase failed once: said on stderr */
-};
-
-struct sched {
-    struct event_base *base;
-    struct sched_params p;
-    char *engine, *log_dir;
-    struct smodel **models;
-    size_t n_models;
-    struct job_list waiting;
-    uint32_t n_waiting;
-    struct upstream_client *http;
-    struct engine_rundir *run; /* the engines' sockets and slot folders; made at the first spawn */
-    struct event *starve_ev;
-    struct event *queue_ev, *memory_ev; /* queue events (coalesced), memory samples */
-    bool shutting_down;
-    void (*done)(void *);
-    void *done_user;
-    struct prom_metric *m_loads, *m_evictions, *m_crashes, *m_load_seconds, *m_resident,
-        *m_queue, *m_state, *m_device, *m_prefetches, *m_retries, *m_failed;
-};
 
 static void kick(struct sched *s);
 static const char *why_not_resent(struct sched_job *j);
 static void resend(struct sched_job *j, const char *reason);
 static void fail_engine(struct sched_job *j, const char *msg, const char *why_not);
-static void stop_model(struct smodel *m, const char *reason);
-static void spawn(struct smodel *m);
-static void queue_changed(struct sched *s);
-
-/* --- metrics ------------------------------------------------------------------------------- */
-
-static void register_metrics(struct sched *s) {
-    struct prom *p = s->p.metrics;
-    if (!p)
-        return;
-    static const char *const model[] = {"model", NULL};
-    static const char *const model_device[] = {"model", "device", NULL};
-    static const double load_bounds[] = {0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120};
-    s->m_loads = prom_register(p, PROM_COUNTER, "tandem_model_loads_total",
-                               "Engine starts that became ready", model, NULL, 0);
-    static const char *const model_reason[] = {"model", "reason", NULL};
-    s->m_evictions = prom_register(p, PROM_COUNTER, "tandem_model_evictions_total",
-                                   "Engines stopped, by reason: room, keep_alive, admin, shutdown",
-                                   model_reason, NULL, 0);
-    s->m_crashes = prom_register(p, PROM_COUNTER, "tandem_model_crashes_total",
-                                 "Engines that exited unasked", model, NULL, 0);
-    s->m_load_seconds = prom_register(p, PROM_HISTOGRAM, "tandem_model_load_seconds",
-                                      "Spawn to healthy", model, load_bounds,
-                                      sizeof load_bounds / sizeof *load_bounds);
-    s->m_resident = prom_register(p, PROM_GAUGE, "tandem_model_resident_bytes",
-                                  "Planned bytes of resident engines", model_device, NULL, 0);
-    s->m_queue = prom_register(p, PROM_GAUGE, "tandem_queue_depth", "Jobs waiting", NULL, NULL, 0);
-    s->m_state = prom_register(p, PROM_GAUGE, "tandem_model_resident",
-                               "1 while the model's engine is resident", model, NULL, 0);
-    s->m_device = prom_register(p, PROM_GAUGE, "tandem_model_device",
-                                "1 for the device the model's layers run on (gpu:N or cpu)",
-                                model_device, NULL, 0);
-    s->m_prefetches = prom_register(p, PROM_COUNTER, "tandem_model_prefetches_total",
-                                    "Model files read ahead of a load", model, NULL, 0);
-    s->m_retries = prom_register(p, PROM_COUNTER, "tandem_engine_retries_total",
-                                 "Requests resent after an engine failure, by reason: crash, "
-                                 "connection, server_error",
-                                 model_reason, NULL, 0);
-    s->m_failed = prom_register(p, PROM_GAUGE, "tandem_model_failed",
-                                "1 while the model is failed (crash loop) and backing off",
-                                model, NULL, 0);
-}
-
-static void count(struct prom_metric *metric, struct smodel *m, double v) {
-    const char *labels[] = {m->name};
-    if (metric)
-        prom_add(metric, labels, v);
-}
-
-static void publish_state(struct smodel *m) {
-    struct sched *s = m->s;
-    bool holds = m->state == SCHED_RESIDENT;
-    const char *gpu[] = {m->name, "gpu"}, *host[] = {m->name, "host"}, *one[] = {m->name};
-    if (s->m_resident) {
-        prom_set(s->m_resident, gpu, holds ? (double)m->gpu : 0);
-        prom_set(s->m_resident, host, holds ? (double)m->host : 0);
-    }
-    if (s->m_state)
-        prom_set(s->m_state, one, holds);
-    if (s->m_failed)
-        prom_set(s->m_failed, one, m->state == SCHED_FAILED);
-    char dev[16];
-    const char *device[] = {m->name, place_device_name(m->device, dev, sizeof dev)};
-    if (s->m_device)
-        prom_set(s->m_device, device, 1);
-    if (s->m_queue)
-        prom_set(s->m_queue, NULL, s->n_waiting);
-    queue_changed(s);
-}
-
-/* --- events (GET /v1/events; docs/serve.md, Events) ---------------------------------------- */
-
-/* Publishes event type about m: {"model": name, ...fields} (fields stolen). */
-static void publish(struct smodel *m, const char *type, json_t *fields) {
-    json_t *e = m->s->p.events ? json_pack("{ss}", "model", m->name) : NULL;
-    if (e && fields)
-        json_object_update(e, fields);
-    json_decref(fields);
-    events_publish(m->s->p.events, type, e);
-}
-
-static json_t *progress_json(const struct engine_progress_sample *p) {
-    return json_pack("{sssosI}", "phase", engine_phase_name(p->phase), "fraction",
-                     p->fraction >= 0 ? json_real(p->fraction) : json_null(), "elapsed_ms",
-                     (json_int_t)p->elapsed_ms);
-}
-
-static void publish_loading(struct smodel *m) { publish(m, "loading", progress_json(&m->load)); }
-
-static void queue_changed(struct sched *s) {
-    if (s->queue_ev && !evtimer_pending(s->queue_ev, NULL)) {
-        struct timeval tv = {0, QUEUE_EVENT_MS * 1000};
-        evtimer_add(s->queue_ev, &tv);
-    }
-}
-
-/* The queue now: every model's waiting and running jobs, and its oldest
- * job's wait (the queue is in arrival order). */
-static void on_queue_event(evutil_socket_t fd, short what, void *arg) {
-    (void)fd, (void)what;
-    struct sched *s = arg;
-    int64_t now = host_now_ms();
-    json_t *models = json_object();
-    for (size_t i = 0; i < s->n_models; i++) {
-        const struct smodel *m = s->models[i];
-        const struct sched_job *oldest = NULL, *j;
-        TAILQ_FOREACH(j, &s->waiting, link)
-            if (j->m == m) {
-                oldest = j;
-                break;
-            }
-        json_t *wait = oldest ? json_integer(now - oldest->submitted) : json_null();
-        json_object_set_new(models, m->name, json_pack("{sisiso}", "waiting", m->n_waiting,
-                                                       "running", m->n_running, "oldest_wait_ms",
-                                                       wait));
-    }
-    events_publish(s->p.events, "queue", json_pack("{siso}", "waiting", s->n_waiting, "models",
-                                                   models));
-}
-
-static void on_memory_event(evutil_socket_t fd, short what, void *arg) {
-    (void)fd, (void)what;
-    struct sched *s = arg;
-    if (events_subscribers(s->p.events))
-        events_publish(s->p.events, "memory", sched_memory_json(s));
-}
+static void stop_model(struct sched_model *m, const char *reason);
+static void spawn(struct sched_model *m);
 
 /* --- small helpers --------------------------------------------------------------------------- */
 
@@ -304,58 +92,35 @@ static void timer_in(struct event *ev, int64_t ms) {
     event_add(ev, &tv);
 }
 
-static bool holds_memory(const struct smodel *m) {
-    return m->state == SCHED_LOADING || m->state == SCHED_RESIDENT || m->state == SCHED_STOPPING;
+static bool holds_memory(const struct sched_model *m) {
+    return sched_policy_holds_memory(m->state);
 }
 
-/* Bytes per device: each GPU's, then the host's. */
-struct usage {
-    uint64_t gpu[PLACE_MAX_GPUS];
-    uint64_t host;
-};
+static bool idle(const struct sched_model *m) { return m->n_running == 0 && m->n_waiting == 0; }
 
-static void add_usage(struct usage *u, const struct smodel *m) {
-    if (m->device >= 0 && m->device < PLACE_MAX_GPUS)
-        u->gpu[m->device] += m->gpu;
-    u->host += m->host;
+void sched_model_view(const struct sched_model *m, struct sched_policy_model *v) {
+    *v = (struct sched_policy_model){
+        .state = m->state, .device = m->device, .gpu_bytes = m->gpu, .host_bytes = m->host,
+        .pin = m->pin, .priority = m->priority, .slots = m->settings.parallel,
+        .running = m->n_running, .waiting = m->n_waiting, .group_count = m->group_count,
+        .draining = m->draining, .handed_off = m->handed_off, .last_used_ms = m->last_used,
+        .ready_at_ms = m->ready_at, .load_started_ms = m->load_started, .ready_ms = m->ready_ms,
+        .load_estimate_ms = m->load_estimate_ms, .retry_at_ms = m->retry_at,
+        .keep_alive_ms = m->keep_alive_ms};
 }
 
-static uint64_t minus(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
-
-/* What m lacks beside every model holding memory, minus freed (per device;
- * all zero = it fits). */
-static struct usage shortfall(const struct sched *s, const struct smodel *m,
-                              const struct usage *freed) {
-    struct usage u = {0}, out = {0};
-    add_usage(&u, m);
+/* Every model's view, in index order, for one decision (valid until the
+ * next call). */
+static const struct sched_policy_model *views(struct sched *s) {
     for (size_t i = 0; i < s->n_models; i++)
-        if (s->models[i] != m && holds_memory(s->models[i]))
-            add_usage(&u, s->models[i]);
-    for (uint32_t g = 0; g < s->p.n_gpus && g < PLACE_MAX_GPUS; g++)
-        out.gpu[g] = minus(minus(u.gpu[g], freed->gpu[g]), s->p.gpu_budget[g]);
-    out.host = minus(minus(u.host, freed->host), s->p.host_budget);
-    return out;
+        sched_model_view(s->models[i], &s->view[i]);
+    return s->view;
 }
 
-static bool fits(const struct sched *s, const struct smodel *m, const struct usage *freed) {
-    struct usage sh = shortfall(s, m, freed);
-    for (uint32_t g = 0; g < PLACE_MAX_GPUS; g++)
-        if (sh.gpu[g])
-            return false;
-    return sh.host == 0;
+/* Whether m fits beside every model holding memory now. */
+static bool fits(struct sched *s, const struct sched_model *m) {
+    return sched_policy_fits(&s->policy, views(s), s->n_models, m->index, NULL);
 }
-
-static const struct usage NOTHING_FREED;
-
-/* Whether stopping r would free memory m lacks. */
-static bool helps(const struct sched *s, const struct smodel *r, const struct smodel *m,
-                  const struct usage *freed) {
-    struct usage sh = shortfall(s, m, freed);
-    return (sh.host && r->host) ||
-           (r->device >= 0 && r->device < PLACE_MAX_GPUS && sh.gpu[r->device] && r->gpu);
-}
-
-static bool idle(const struct smodel *m) { return m->n_running == 0 && m->n_waiting == 0; }
 
 /* --- costs and read-ahead --------------------------------------------------------------------- */
 
@@ -363,14 +128,14 @@ static bool idle(const struct smodel *m) { return m->n_running == 0 && m->n_wait
  * any engine on a simulated GPU, which computes on the CPU), the GPU for an
  * engine with every layer on a real one; -1 for a partial offload, whose
  * costs are a mix of both. */
-static int cost_device(const struct smodel *m) {
+static int cost_device(const struct sched_model *m) {
     if (m->device == PLACE_CPU || m->s->p.simulated)
         return COST_CPU;
     return m->settings.ngl >= (int32_t)plan_model_n_layer(m->pm) + 1 ? COST_GPU : -1;
 }
 
 /* Writes m's pending cost samples to the cache. */
-static void flush_cost(struct smodel *m) {
+static void flush_cost(struct sched_model *m) {
     struct cost_record *c = &m->cost;
     int d = cost_device(m);
     if (d < 0 || !m->pm || (!c->loads && !c->firsts && !c->requests))
@@ -383,7 +148,7 @@ static void flush_cost(struct smodel *m) {
 }
 
 /* One answered job of m: its running time per prompt token. */
-static void note_answer(struct smodel *m, const struct sched_job *j, int64_t now) {
+static void note_answer(struct sched_model *m, const struct sched_job *j, int64_t now) {
     m->recent_ms[m->n_recent++ % RECENT_ANSWERS] = now - j->submitted;
     double ms = (double)(now - j->started);
     if (m->first_pending)
@@ -399,31 +164,22 @@ static void note_answer(struct smodel *m, const struct sched_job *j, int64_t now
 
 /* Reads m's file ahead of its next load (once), when enabled and host RAM
  * allows. */
-static void prefetch(struct smodel *m) {
+static void prefetch(struct sched_model *m) {
     if (!m->s->p.prefetch || m->prefetched || holds_memory(m) ||
         prefetch_start(m->path, PREFETCH_MARGIN) != TANDEM_OK)
         return;
     m->prefetched = true;
     m->prefetches++;
-    count(m->s->m_prefetches, m, 1);
+    sched_status_count(m->s->m_prefetches, m, 1);
 }
 
 /* --- jobs ----------------------------------------------------------------------------------- */
 
-static void cancel_erase(struct sched_job *j) {
-    if (j->erase)
-        upstream_cancel(j->erase);
-    j->erase = NULL;
-    if (j->erase_wait)
-        event_free(j->erase_wait);
-    j->erase_wait = NULL;
-}
-
 static void job_free(struct sched_job *j) {
     struct sched *s = j->s;
-    struct smodel *m = j->m;
-    cancel_erase(j);
-    if (j->phase == JOB_WAITING) {
+    struct sched_model *m = j->m;
+    sched_erase_cancel(j);
+    if (j->phase == SCHED_JOB_WAITING) {
         TAILQ_REMOVE(&s->waiting, j, link);
         s->n_waiting--;
         m->n_waiting--;
@@ -436,7 +192,7 @@ static void job_free(struct sched_job *j) {
         event_free(j->timer);
     mem_free(j->upstream_msg);
     mem_free(j);
-    publish_state(m);
+    sched_status_publish_state(m);
 }
 
 /* Ends j through its fail callback, then frees it. */
@@ -446,7 +202,7 @@ static void job_fail(struct sched_job *j, int status, const char *type, const ch
 }
 
 static int64_t loading_overlap(const struct sched_job *j, int64_t now) {
-    const struct smodel *m = j->m;
+    const struct sched_model *m = j->m;
     int64_t from = j->submitted > m->load_started ? j->submitted : m->load_started;
     int64_t to = m->state == SCHED_LOADING ? now : m->ready_at;
     return m->load_started && to > from ? to - from : 0;
@@ -454,13 +210,13 @@ static int64_t loading_overlap(const struct sched_job *j, int64_t now) {
 
 void sched_job_timing(const struct sched_job *j, struct sched_timing *t) {
     int64_t now = host_now_ms();
-    int64_t end_wait = j->phase == JOB_WAITING ? now : j->started;
-    int64_t loading = j->phase == JOB_WAITING ? loading_overlap(j, now) : j->loading_ms;
+    int64_t end_wait = j->phase == SCHED_JOB_WAITING ? now : j->started;
+    int64_t loading = j->phase == SCHED_JOB_WAITING ? loading_overlap(j, now) : j->loading_ms;
     t->loading_ms = loading;
     t->queued_ms = end_wait - j->submitted - loading;
     if (t->queued_ms < 0)
         t->queued_ms = 0;
-    t->running_ms = j->phase == JOB_WAITING ? 0 : now - j->started;
+    t->running_ms = j->phase == SCHED_JOB_WAITING ? 0 : now - j->started;
 }
 
 size_t sched_job_model(const struct sched_job *j) { return j->m->index; }
@@ -472,7 +228,7 @@ static int cmp_i64(const void *a, const void *b) {
 
 /* What m's recent answers took, from submission, for a deadline message:
  * into buf[len], which it returns. */
-static const char *recent_answers(const struct smodel *m, char *buf, size_t len) {
+static const char *recent_answers(const struct sched_model *m, char *buf, size_t len) {
     uint32_t n = m->n_recent < RECENT_ANSWERS ? m->n_recent : RECENT_ANSWERS;
     if (!n) {
         snprintf(buf, len, "no request to this model has been answered yet");
@@ -492,7 +248,7 @@ static const char *recent_answers(const struct smodel *m, char *buf, size_t len)
 static void on_deadline(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     struct sched_job *j = arg;
-    if (j->phase == JOB_FAILING) { /* the engine lives on: its connection failed */
+    if (j->phase == SCHED_JOB_FAILING) { /* the engine lives on: its connection failed */
         char msg[700];
         snprintf(msg, sizeof msg, "model %s: %s", j->m->name,
                  j->upstream_msg ? j->upstream_msg : "the engine connection failed");
@@ -507,7 +263,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg) {
     }
     struct sched_timing t;
     sched_job_timing(j, &t);
-    const char *where = j->phase == JOB_RUNNING ? "running"
+    const char *where = j->phase == SCHED_JOB_RUNNING ? "running"
                         : t.loading_ms > t.queued_ms ? "loading" : "queued";
     char msg[600], recent[200];
     snprintf(msg, sizeof msg,
@@ -521,128 +277,31 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg) {
     kick(s);
 }
 
-/* Whether j's answer could come from its engine's prompt cache rather than
- * from a full evaluation: its prompt key equals the last one started on this
- * single-slot engine. The engine would then find the whole prompt cached and
- * evaluate its last token alone, which gives different bytes than the first
- * answer (docs/serve.md, Determinism). Notes j's key as the last one. */
-static bool repeats_last_prompt(struct sched_job *j) {
-    struct smodel *m = j->m;
-    if (!j->prompt)
-        return false; /* an unknown prompt leaves the slot's key as it was: conservative */
-    bool repeat = j->prompt == m->last_prompt && m->settings.parallel == 1;
-    m->last_prompt = j->prompt;
-    return repeat;
-}
-
-/* The erase is over (status 200), or could not be done: j starts. */
-static void erase_done(void *user, int status, struct evbuffer *body, const char *error) {
-    (void)body;
-    struct sched_job *j = user;
-    struct smodel *m = j->m;
-    j->erase = NULL;
-    if (status != 200 && !m->erase_warned) {
-        m->erase_warned = true;
-        fprintf(stderr, "tandem: %s: the engine's slot could not be erased (%s %d); an exact "
-                "repeat may differ from its first answer\n", m->name, error ? error : "status",
-                status);
-    }
-    j->ops->start(j, engine_child_socket(m->child), j->user);
-}
-
-static const struct upstream_ops erase_ops = {.done = erase_done};
-static void check_slot(struct sched_job *j);
-
-/* Whether GET /slots says that slot 0 is working (on a request whose client
- * went away: the engine finishes or cancels it on its own). */
-static bool slot_busy(struct evbuffer *body) {
-    size_t len = body ? evbuffer_get_length(body) : 0;
-    json_t *slots = len ? json_loadb((const char *)evbuffer_pullup(body, -1), len, 0, NULL) : NULL;
-    bool busy = json_is_true(json_object_get(json_array_get(slots, 0), "is_processing"));
-    json_decref(slots);
-    return busy;
-}
-
-static void on_erase_wait(evutil_socket_t fd, short what, void *arg) {
-    (void)fd, (void)what;
-    check_slot(arg);
-}
-
-/* The slot's state is known: erase it once it is idle. The engine defers an
- * erase while the slot works, and a deferred erase can be stranded (a
- * released slot takes one deferred task, and the tasks of a cancelled
- * request leave that queue unannounced), holding up every later request;
- * so the erase is sent only to an idle slot. */
-static void slot_checked(void *user, int status, struct evbuffer *body, const char *error) {
-    struct sched_job *j = user;
-    struct smodel *m = j->m;
-    j->erase = NULL;
-    if (status != 200) {
-        erase_done(j, status, NULL, error);
-    } else if (slot_busy(body)) {
-        if (!j->erase_wait)
-            j->erase_wait = event_new(j->s->base, -1, 0, on_erase_wait, j);
-        if (j->erase_wait)
-            timer_in(j->erase_wait, ERASE_POLL_MS);
-        else
-            erase_done(j, 0, NULL, "out of memory");
-    } else {
-        j->erase = upstream_start(j->s->http, engine_child_socket(m->child), EVHTTP_REQ_POST,
-                                  "/slots/0?action=erase", "application/json", "{}", 2, NULL,
-                                  NULL, &erase_ops, j);
-        if (!j->erase)
-            erase_done(j, 0, NULL, "no connection");
-    }
-}
-
-static const struct upstream_ops check_ops = {.done = slot_checked};
-
-/* Empties the engine's slot, then starts j: its prompt is evaluated whole, as
- * the first time. The job holds the slot meanwhile. First GET /slots, then
- * (slot_checked) the erase. */
-static void check_slot(struct sched_job *j) {
-    j->erase = upstream_start(j->s->http, engine_child_socket(j->m->child), EVHTTP_REQ_GET,
-                              "/slots", NULL, NULL, 0, NULL, NULL, &check_ops, j);
-    if (!j->erase)
-        erase_done(j, 0, NULL, "no connection");
-}
-
 static void job_start(struct sched_job *j) {
     struct sched *s = j->s;
-    struct smodel *m = j->m;
+    struct sched_model *m = j->m;
     TAILQ_REMOVE(&s->waiting, j, link);
     s->n_waiting--;
     m->n_waiting--;
     j->started = host_now_ms();
     j->loading_ms = loading_overlap(j, j->started);
-    j->phase = JOB_RUNNING;
+    j->phase = SCHED_JOB_RUNNING;
     TAILQ_INSERT_TAIL(&m->running, j, link);
     m->n_running++;
     m->last_used = j->started;
     m->handed_off = false;
     event_del(m->timer); /* no keep-alive expiry while busy */
-    for (size_t i = 0; i < s->n_models; i++)
-        if (s->models[i] != m && s->models[i]->n_waiting && !holds_memory(s->models[i])) {
-            m->group_count++; /* started while another model waits for memory */
-            break;
-        }
-    publish_state(m);
-    if (repeats_last_prompt(j))
-        check_slot(j);
-    else
-        j->ops->start(j, engine_child_socket(m->child), j->user);
+    if (sched_policy_counts_turn(views(s), s->n_models, m->index))
+        m->group_count++; /* started while another model waits for memory */
+    sched_status_publish_state(m);
+    sched_erase_start(j);
 }
 
-/* Whether m cannot be ready before deadline_ms: it holds no ready engine
- * and the rest of its expected load (measured here, else estimated) ends
- * later. Unknown load times never refuse. */
-static bool loads_past(const struct smodel *m, int64_t deadline_ms) {
-    int64_t expect = m->ready_ms >= 0 ? m->ready_ms : m->load_estimate_ms, now = host_now_ms();
-    if (deadline_ms <= 0 || expect <= 0 || m->state == SCHED_RESIDENT)
-        return false;
-    if (m->state == SCHED_LOADING)
-        expect -= now - m->load_started;
-    return now + expect > deadline_ms;
+/* Whether m cannot be ready before deadline_ms (sched_policy_loads_past). */
+static bool loads_past(const struct sched_model *m, int64_t deadline_ms) {
+    struct sched_policy_model v;
+    sched_model_view(m, &v);
+    return sched_policy_loads_past(&v, deadline_ms, host_now_ms());
 }
 
 tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms, uint64_t prompt,
@@ -663,8 +322,8 @@ tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms, uint
     struct sched_job *j = mem_calloc(1, sizeof *j);
     if (!j)
         return TANDEM_ERR_NOMEM;
-    struct smodel *m = s->models[index];
-    *j = (struct sched_job){.s = s, .m = m, .ops = ops, .user = user, .phase = JOB_WAITING,
+    struct sched_model *m = s->models[index];
+    *j = (struct sched_job){.s = s, .m = m, .ops = ops, .user = user, .phase = SCHED_JOB_WAITING,
                             .submitted = host_now_ms(), .deadline = deadline_ms,
                             .next = NO_MODEL, .prompt = prompt};
     j->timer = event_new(s->base, -1, 0, on_deadline, j);
@@ -679,20 +338,20 @@ tandem_err sched_submit(struct sched *s, size_t index, int64_t deadline_ms, uint
     s->n_waiting++;
     m->n_waiting++;
     *job = j;
-    publish_state(m);
+    sched_status_publish_state(m);
     kick(s);
     return TANDEM_OK;
 }
 
 void sched_job_done(struct sched_job *j, bool ok) {
     struct sched *s = j->s;
-    struct smodel *m = j->m;
-    if (ok && j->phase == JOB_RUNNING) {
+    struct sched_model *m = j->m;
+    if (ok && j->phase == SCHED_JOB_RUNNING) {
         m->relapses = 0;
         m->answered++;
         note_answer(m, j, host_now_ms());
     }
-    if (j->next != NO_MODEL && j->phase == JOB_RUNNING)
+    if (j->next != NO_MODEL && j->phase == SCHED_JOB_RUNNING)
         m->handed_off = true;
     job_free(j);
     kick(s);
@@ -704,30 +363,34 @@ void sched_job_lookahead(struct sched_job *j, size_t next) {
     struct sched *s = j->s;
     if (next >= s->n_models || s->models[next] == j->m || s->shutting_down)
         return;
-    struct smodel *n = s->models[next];
+    struct sched_model *n = s->models[next];
     j->next = next;
     n->lookaheads++;
-    if (holds_memory(n) || n->retry_at > host_now_ms())
-        return;
-    if (fits(s, n, &NOTHING_FREED))
-        spawn(n); /* memory allows it now: load while the current stage runs */
-    else
+    switch (sched_policy_lookahead(&s->policy, views(s), s->n_models, next, host_now_ms())) {
+    case SCHED_POLICY_AHEAD_LOAD: /* memory allows it now: load while the current stage runs */
+        spawn(n);
+        break;
+    case SCHED_POLICY_AHEAD_PREFETCH:
         prefetch(n);
+        break;
+    case SCHED_POLICY_AHEAD_NONE:
+        break;
+    }
 }
 
 void sched_job_cancel(struct sched_job *j) { sched_job_done(j, false); }
 
 void sched_job_upstream_failed(struct sched_job *j, const char *upstream_message) {
-    if (j->phase != JOB_RUNNING)
+    if (j->phase != SCHED_JOB_RUNNING)
         return;
-    j->phase = JOB_FAILING;
+    j->phase = SCHED_JOB_FAILING;
     j->upstream_msg = mem_strdup(upstream_message);
     event_del(j->timer);
     timer_in(j->timer, UPSTREAM_EXIT_WAIT_MS);
 }
 
 bool sched_job_engine_error(struct sched_job *j, int status, const char *message) {
-    if (j->phase != JOB_RUNNING || status < 500 || why_not_resent(j))
+    if (j->phase != SCHED_JOB_RUNNING || status < 500 || why_not_resent(j))
         return false;
     fprintf(stderr, "tandem: %s answered %d (%.200s)\n", j->m->name, status, message);
     resend(j, "server_error");
@@ -737,7 +400,7 @@ bool sched_job_engine_error(struct sched_job *j, int status, const char *message
 
 /* --- engine lifecycle ----------------------------------------------------------------------- */
 
-static void fail_waiting(struct smodel *m, int status, const char *type, const char *msg) {
+static void fail_waiting(struct sched_model *m, int status, const char *type, const char *msg) {
     struct sched_job *j, *next;
     for (j = TAILQ_FIRST(&m->s->waiting); j; j = next) {
         next = TAILQ_NEXT(j, link);
@@ -746,19 +409,19 @@ static void fail_waiting(struct smodel *m, int status, const char *type, const c
     }
 }
 
-static void fail_running(struct smodel *m, int status, const char *type, const char *msg) {
+static void fail_running(struct sched_model *m, int status, const char *type, const char *msg) {
     struct sched_job *j;
     while ((j = TAILQ_FIRST(&m->running)))
         job_fail(j, status, type, msg);
 }
 
-static void set_state(struct smodel *m, enum sched_state st) {
+static void set_state(struct sched_model *m, enum sched_state st) {
     m->state = st;
-    publish_state(m);
+    sched_status_publish_state(m);
 }
 
 /* The child is gone (reaped): forget it. */
-static void drop_child(struct smodel *m) {
+static void drop_child(struct sched_model *m) {
     event_del(m->timer);
     event_del(m->load_ev);
     if (m->exit_ev) {
@@ -779,7 +442,7 @@ static void drop_child(struct smodel *m) {
 
 static void on_retry(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
-    struct smodel *m = arg;
+    struct sched_model *m = arg;
     if (m->state == SCHED_FAILED)
         set_state(m, SCHED_UNLOADED); /* the back-off is over: the next demand loads it */
     kick(m->s);
@@ -815,11 +478,11 @@ static void fail_engine(struct sched_job *j, const char *msg, const char *why_no
  * model has an engine and a free slot; reason labels the retry metric. */
 static void resend(struct sched_job *j, const char *reason) {
     struct sched *s = j->s;
-    struct smodel *m = j->m;
+    struct sched_model *m = j->m;
     TAILQ_REMOVE(&m->running, j, link);
     m->n_running--;
-    cancel_erase(j);
-    j->phase = JOB_WAITING;
+    sched_erase_cancel(j);
+    j->phase = SCHED_JOB_WAITING;
     TAILQ_INSERT_HEAD(&s->waiting, j, link);
     s->n_waiting++;
     m->n_waiting++;
@@ -834,12 +497,12 @@ static void resend(struct sched_job *j, const char *reason) {
         prom_add(s->m_retries, labels, 1);
     fprintf(stderr, "tandem: %s: resending a request after an engine failure (%s)\n", m->name,
             reason);
-    publish_state(m);
+    sched_status_publish_state(m);
     j->ops->retry(j, j->user);
 }
 
 /* The engine of m is gone: each running job is resent or fails with msg. */
-static void resend_or_fail_running(struct smodel *m, const char *msg) {
+static void resend_or_fail_running(struct sched_model *m, const char *msg) {
     struct sched_job *j;
     while ((j = TAILQ_FIRST(&m->running))) {
         const char *why_not = why_not_resent(j);
@@ -852,7 +515,7 @@ static void resend_or_fail_running(struct smodel *m, const char *msg) {
 
 /* A load of m crashed: the jobs waiting for it wait for one more, unless it
  * is their second engine failure or their deadline comes first. */
-static void fail_waiting_twice(struct smodel *m, const char *msg) {
+static void fail_waiting_twice(struct sched_model *m, const char *msg) {
     struct sched_job *j, *next;
     for (j = TAILQ_FIRST(&m->s->waiting); j; j = next) {
         next = TAILQ_NEXT(j, link);
@@ -867,25 +530,17 @@ static void fail_waiting_twice(struct smodel *m, const char *msg) {
 
 /* Records a crash at now; true when it is the max_restarts-th within
  * CRASH_WINDOW_MS (a crash loop). */
-static bool crash_loop(struct smodel *m, int64_t now) {
+static bool crash_loop(struct sched_model *m, int64_t now) {
     uint32_t n = m->s->p.max_restarts;
     m->crash_at[m->crash_next++ % n] = now;
     return m->crash_next >= n && now - m->crash_at[m->crash_next % n] < CRASH_WINDOW_MS;
 }
 
-static uint32_t recent_crashes(const struct smodel *m, int64_t now) {
-    uint32_t n = m->s->p.max_restarts, k = 0;
-    for (uint32_t i = 0; i < n && i < m->crash_next; i++)
-        k += now - m->crash_at[i] < CRASH_WINDOW_MS;
-    return k;
-}
-
 /* Marks m failed for a back-off that doubles with each relapse: its jobs,
  * running or waiting, and new ones until then get 503 naming the cause
  * (which must not be m->last_error, rewritten here). */
-static void mark_failed(struct smodel *m, const char *cause) {
-    int64_t backoff = (int64_t)FAILED_BACKOFF_FIRST_MS << (m->relapses < 8 ? m->relapses : 8);
-    backoff = backoff < FAILED_BACKOFF_MAX_MS ? backoff : FAILED_BACKOFF_MAX_MS;
+static void mark_failed(struct sched_model *m, const char *cause) {
+    int64_t backoff = sched_policy_backoff_ms(m->relapses);
     m->relapses++;
     m->retry_at = host_now_ms() + backoff;
     tandem_errmsg(m->last_error, sizeof m->last_error, "model %s failed: %s; next try in %lld s",
@@ -899,7 +554,7 @@ static void mark_failed(struct smodel *m, const char *cause) {
 
 /* An exit nobody asked for: count it, then resend, fail or, in a crash
  * loop, mark the model failed. */
-static void crashed(struct smodel *m, const char *why) {
+static void crashed(struct sched_model *m, const char *why) {
     bool loading = m->state == SCHED_LOADING;
     char tail[256] = "";
     engine_child_log_tail(m->child, tail, sizeof tail);
@@ -909,12 +564,12 @@ static void crashed(struct smodel *m, const char *why) {
                   tail);
     m->crash_total++;
     m->crashed_last = true;
-    count(m->s->m_crashes, m, 1);
+    sched_status_count(m->s->m_crashes, m, 1);
     drop_child(m);
     fprintf(stderr, "tandem: %s\n", msg);
     bool looping = crash_loop(m, host_now_ms());
-    publish(m, "crashed", json_pack("{sssbsb}", "message", msg, "while_loading", loading, "failed",
-                                    looping));
+    sched_status_publish(m, "crashed", json_pack("{sssbsb}", "message", msg, "while_loading",
+                                                 loading, "failed", looping));
     if (looping) {
         char cause[sizeof m->last_error];
         tandem_errmsg(cause, sizeof cause, "%u crashes within %d s (limits.max_restarts); last: %s",
@@ -930,7 +585,7 @@ static void crashed(struct smodel *m, const char *why) {
 
 static void on_exit_fd(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
-    struct smodel *m = arg;
+    struct sched_model *m = arg;
     bool exited = false;
     int status = 0;
     engine_child_poll(m->child, &exited, &status);
@@ -950,7 +605,7 @@ static void on_exit_fd(evutil_socket_t fd, short what, void *arg) {
     kick(m->s);
 }
 
-static void record_footprint(struct smodel *m) {
+static void record_footprint(struct sched_model *m) {
     char key[HASH_SHA256_HEX_LEN + 1], err[512];
     struct footprint_measure meas;
     if (footprint_record_log(m->pm, &m->settings, m->log_path, engine_child_pid(m->child), key,
@@ -968,7 +623,7 @@ static void record_footprint(struct smodel *m) {
         m->measured_gpu = meas.process_bytes;
 }
 
-static void became_ready(struct smodel *m) {
+static void became_ready(struct sched_model *m) {
     m->ready_at = host_now_ms();
     event_del(m->timer);
     event_del(m->load_ev);
@@ -981,7 +636,7 @@ static void became_ready(struct smodel *m) {
     m->first_pending = true;
     m->cost.loads++;
     m->cost.load_ms += (double)m->ready_ms;
-    count(m->s->m_loads, m, 1);
+    sched_status_count(m->s->m_loads, m, 1);
     const char *labels[] = {m->name};
     double secs = (double)(m->ready_at - m->load_started) / 1000.0;
     if (m->s->m_load_seconds)
@@ -994,18 +649,19 @@ static void became_ready(struct smodel *m) {
         m->load = (struct engine_progress_sample){ENGINE_PHASE_READY, 1, m->ready_ms};
     m->crashed_last = false;
     char dev[16];
-    publish(m, "ready", json_pack("{sssIsIss}", "device",
-                                  place_device_name(m->device, dev, sizeof dev), "load_ms",
-                                  (json_int_t)m->ready_ms, "pid",
-                                  (json_int_t)engine_child_pid(m->child), "socket",
-                                  engine_child_socket(m->child)));
+    sched_status_publish(m, "ready",
+                         json_pack("{sssIsIss}", "device",
+                                   place_device_name(m->device, dev, sizeof dev), "load_ms",
+                                   (json_int_t)m->ready_ms, "pid",
+                                   (json_int_t)engine_child_pid(m->child), "socket",
+                                   engine_child_socket(m->child)));
     record_footprint(m);
     kick(m->s);
 }
 
 static void health_done(void *user, int status, struct evbuffer *body, const char *error) {
     (void)body, (void)error;
-    struct smodel *m = user;
+    struct sched_model *m = user;
     m->health = NULL;
     if (m->state != SCHED_LOADING)
         return;
@@ -1019,11 +675,11 @@ static const struct upstream_ops health_ops = {.done = health_done};
 
 static void on_model_timer(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
-    struct smodel *m = arg;
+    struct sched_model *m = arg;
     switch (m->state) {
     case SCHED_LOADING: /* follow the load, poll /health */
         if (m->progress && engine_progress_poll(m->progress, PROGRESS_STEP, &m->load))
-            publish_loading(m);
+            sched_status_publish_loading(m);
         m->health = upstream_start(m->s->http, engine_child_socket(m->child), EVHTTP_REQ_GET,
                                    "/health", NULL, NULL, 0, NULL, NULL, &health_ops, m);
         if (!m->health)
@@ -1044,7 +700,7 @@ static void on_model_timer(evutil_socket_t fd, short what, void *arg) {
 
 static void on_load_timeout(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
-    struct smodel *m = arg;
+    struct sched_model *m = arg;
     if (m->state != SCHED_LOADING)
         return;
     const char *msg = m->last_error;
@@ -1068,8 +724,8 @@ static void rotate_log(const char *path) {
 
 /* The engine's socket and slot folder in the scheduler's private run folder
  * (made on the first spawn); TANDEM_OK or an error explained in err. */
-static tandem_err engine_paths(struct smodel *m, char *sock, char *slots, size_t cap, char *err,
-                               size_t errlen) {
+static tandem_err engine_paths(struct sched_model *m, char *sock, char *slots, size_t cap,
+                               char *err, size_t errlen) {
     struct sched *s = m->s;
     tandem_err e = s->run ? TANDEM_OK : engine_rundir_new(&s->run, err, errlen);
     if (e == TANDEM_OK)
@@ -1081,7 +737,7 @@ static tandem_err engine_paths(struct smodel *m, char *sock, char *slots, size_t
     return e;
 }
 
-static void spawn(struct smodel *m) {
+static void spawn(struct sched_model *m) {
     char err[768] = "", sock[256], slots[256];
     char **argv = NULL;
     tandem_err e = engine_paths(m, sock, slots, sizeof sock, err, sizeof err);
@@ -1107,8 +763,8 @@ static void spawn(struct smodel *m) {
                  err[0] ? err : tandem_strerror(e));
         engine_child_free(m->child);
         m->child = NULL;
-        publish(m, "crashed", json_pack("{sssbsb}", "message", cause, "while_loading", true,
-                                        "failed", true));
+        sched_status_publish(m, "crashed", json_pack("{sssbsb}", "message", cause,
+                                                     "while_loading", true, "failed", true));
         mark_failed(m, cause);
         return;
     }
@@ -1125,17 +781,18 @@ static void spawn(struct smodel *m) {
     fprintf(stderr, "tandem: loading %s (pid %ld, socket %s, log %s)\n", m->name,
             (long)engine_child_pid(m->child), sock, m->log_path);
     if (m->crashed_last)
-        publish(m, "restarted", json_pack("{sI}", "crashes", (json_int_t)m->crash_total));
-    publish_loading(m);
+        sched_status_publish(m, "restarted",
+                             json_pack("{sI}", "crashes", (json_int_t)m->crash_total));
+    sched_status_publish_loading(m);
 }
 
 /* Stops m's engine; reason is "room", "keep_alive", "admin" or "shutdown"
  * (the eviction metric's label). */
-static void stop_model(struct smodel *m, const char *reason) {
+static void stop_model(struct sched_model *m, const char *reason) {
     if (m->state != SCHED_RESIDENT && m->state != SCHED_LOADING)
         return;
     fprintf(stderr, "tandem: stopping %s (%s)\n", m->name, reason);
-    publish(m, "evicted", json_pack("{ss}", "reason", reason));
+    sched_status_publish(m, "evicted", json_pack("{ss}", "reason", reason));
     if (!strcmp(reason, "room"))
         m->evictions++;
     const char *labels[] = {m->name, reason};
@@ -1160,8 +817,9 @@ static void start_ready_jobs(struct sched *s) {
     struct sched_job *j, *next;
     for (j = TAILQ_FIRST(&s->waiting); j; j = next) {
         next = TAILQ_NEXT(j, link);
-        struct smodel *m = j->m;
-        if (m->state == SCHED_RESIDENT && !m->draining && m->n_running < m->settings.parallel)
+        struct sched_policy_model v;
+        sched_model_view(j->m, &v);
+        if (sched_policy_can_start(&v))
             job_start(j);
     }
 }
@@ -1170,96 +828,47 @@ static void start_ready_jobs(struct sched *s) {
  * timers on idle ones. */
 static void settle_residents(struct sched *s) {
     for (size_t i = 0; i < s->n_models; i++) {
-        struct smodel *m = s->models[i];
+        struct sched_model *m = s->models[i];
         if (m->state != SCHED_RESIDENT)
             continue;
+        struct sched_policy_model v;
+        sched_model_view(m, &v);
+        int64_t left = sched_policy_until_unload(&v, host_now_ms());
         if (m->draining && m->n_running == 0)
             stop_model(m, "room");
-        else if (idle(m) && !m->pin && m->keep_alive_ms >= 0 &&
-                 !event_pending(m->timer, EV_TIMEOUT, NULL))
-            timer_in(m->timer, m->keep_alive_ms - (host_now_ms() - m->last_used));
+        else if (left >= 0 && !event_pending(m->timer, EV_TIMEOUT, NULL))
+            timer_in(m->timer, left);
     }
 }
 
-/* Whether resident r has had its turn while m waits (since oldest): it
- * started group_limit jobs meanwhile, or it has held the device for max_wait
- * of oldest's wait. The wait counts from r's readiness, so a load slower
- * than max_wait does not end the loaded model's turn before it starts. */
-static bool turn_over(const struct smodel *r, const struct sched_job *oldest, int64_t now) {
-    const struct sched *s = r->s;
-    int64_t since = oldest->submitted > r->ready_at ? oldest->submitted : r->ready_at;
-    return r->group_count >= s->p.group_limit || now - since >= s->p.max_wait_ms;
-}
-
-/* The residents that could go for m, lowest priority, then least recently
- * used first: idle ones whose client has not come back within
- * GROUP_LINGER_MS or whose turn is over (pass 0), then busy ones whose turn
- * is over (pass 1). */
-static bool may_evict(const struct smodel *r, const struct smodel *m, int pass,
-                      const struct sched_job *oldest, int64_t now) {
-    if (r == m || r->pin || r->state != SCHED_RESIDENT)
-        return false;
-    if (!oldest) /* an admin load: idle ones only, at once */
-        return pass == 0 && idle(r);
-    if (pass == 0)
-        return idle(r) && (r->handed_off || now - r->last_used >= GROUP_LINGER_MS ||
-                           turn_over(r, oldest, now));
-    return r->draining || turn_over(r, oldest, now);
-}
-
-static struct smodel *lru_candidate(struct sched *s, const struct smodel *m, int pass,
-                                    const struct sched_job *oldest, int64_t now, bool *chosen,
-                                    const struct usage *freed) {
-    struct smodel *best = NULL;
-    for (size_t i = 0; i < s->n_models; i++) {
-        struct smodel *r = s->models[i];
-        if (!chosen[i] && may_evict(r, m, pass, oldest, now) && helps(s, r, m, freed) &&
-            (!best || r->priority < best->priority ||
-             (r->priority == best->priority && r->last_used < best->last_used)))
-            best = r;
-    }
-    if (best)
-        chosen[best->index] = true;
-    return best;
-}
-
-/* Makes room for m (whose oldest job is oldest). Returns true when it loaded. */
-static bool make_room(struct sched *s, struct smodel *m, const struct sched_job *oldest) {
-    if (fits(s, m, &NOTHING_FREED)) {
+/* Makes room for m, whose oldest job is oldest (sched_policy_room): loads
+ * it, or stops the idle victims and drains the busy ones, or looks again
+ * later. Returns true when it loaded. */
+static bool make_room(struct sched *s, struct sched_model *m, const struct sched_job *oldest) {
+    size_t victims[s->n_models], n;
+    struct sched_policy_ask ask = {.model = m->index, .submitted_ms = oldest->submitted,
+                                   .now_ms = host_now_ms()};
+    switch (sched_policy_room(&s->policy, views(s), s->n_models, &ask, victims, &n)) {
+    case SCHED_POLICY_ROOM_LOAD:
         spawn(m);
         return true;
-    }
-    for (size_t i = 0; i < s->n_models; i++)
-        if (s->models[i]->state == SCHED_STOPPING || s->models[i]->state == SCHED_LOADING)
-            return false; /* memory is on its way: decide again when it settles */
-    bool chosen[s->n_models];
-    memset(chosen, 0, sizeof chosen);
-    struct usage freed = {0};
-    int64_t now = host_now_ms();
-    struct smodel *victims[s->n_models];
-    size_t n = 0;
-    for (int pass = 0; pass < 2 && !fits(s, m, &freed); pass++) {
-        struct smodel *r;
-        while (!fits(s, m, &freed) &&
-               (r = lru_candidate(s, m, pass, oldest, now, chosen, &freed))) {
-            victims[n++] = r;
-            add_usage(&freed, r);
-        }
-    }
-    if (!fits(s, m, &freed)) {
-        /* not yet: look again once a linger may be over (turns end by time too) */
-        if (!event_pending(s->starve_ev, EV_TIMEOUT, NULL))
-            timer_in(s->starve_ev, GROUP_LINGER_MS);
+    case SCHED_POLICY_ROOM_SETTLING: /* memory is on its way: decide again when it settles */
         return false;
+    case SCHED_POLICY_ROOM_WAIT: /* look again once a linger may be over (turns end by time too) */
+        if (!event_pending(s->starve_ev, EV_TIMEOUT, NULL))
+            timer_in(s->starve_ev, SCHED_POLICY_LINGER_MS);
+        return false;
+    case SCHED_POLICY_ROOM_EVICT:
+        break;
     }
     prefetch(m); /* while the victims drain and exit */
     for (size_t i = 0; i < n; i++) {
-        if (victims[i]->n_running == 0 && victims[i]->n_waiting == 0)
-            stop_model(victims[i], "room");
-        else if (!victims[i]->draining) {
-            victims[i]->draining = true;
-            fprintf(stderr, "tandem: draining %s to make room for %s\n", victims[i]->name,
-                    m->name);
+        struct sched_model *r = s->models[victims[i]];
+        if (idle(r))
+            stop_model(r, "room");
+        else if (!r->draining) {
+            r->draining = true;
+            fprintf(stderr, "tandem: draining %s to make room for %s\n", r->name, m->name);
         }
     }
     settle_residents(s);
@@ -1270,7 +879,7 @@ static bool make_room(struct sched *s, struct smodel *m, const struct sched_job 
 static struct sched_job *oldest_unloaded(struct sched *s, int64_t now) {
     struct sched_job *j;
     TAILQ_FOREACH(j, &s->waiting, link) {
-        struct smodel *m = j->m;
+        struct sched_model *m = j->m;
         if (holds_memory(m))
             continue;
         if (m->retry_at > now) {
@@ -1297,8 +906,8 @@ static void maybe_done(struct sched *s) {
 /* Admin loads that waited for evicted engines to exit, once they fit. */
 static void load_asked_models(struct sched *s) {
     for (size_t i = 0; i < s->n_models; i++) {
-        struct smodel *m = s->models[i];
-        if (m->load_asked && !holds_memory(m) && fits(s, m, &NOTHING_FREED)) {
+        struct sched_model *m = s->models[i];
+        if (m->load_asked && !holds_memory(m) && fits(s, m)) {
             m->load_asked = false;
             spawn(m);
         }
@@ -1342,8 +951,8 @@ struct sched *sched_new(struct event_base *base, const struct sched_params *p) {
     s->http = upstream_client_new(base);
     s->starve_ev = event_new(base, -1, 0, on_starve, s);
     if (p->events) {
-        s->queue_ev = evtimer_new(base, on_queue_event, s);
-        s->memory_ev = event_new(base, -1, EV_PERSIST, on_memory_event, s);
+        s->queue_ev = evtimer_new(base, sched_status_queue_event, s);
+        s->memory_ev = event_new(base, -1, EV_PERSIST, sched_status_memory_event, s);
     }
     if (!s->engine || !s->log_dir || !s->http || !s->starve_ev ||
         (p->events && (!s->queue_ev || !s->memory_ev))) {
@@ -1354,13 +963,17 @@ struct sched *sched_new(struct event_base *base, const struct sched_params *p) {
     s->p.log_dir = s->log_dir;
     if (!s->p.max_restarts)
         s->p.max_restarts = DEFAULT_MAX_RESTARTS;
-    register_metrics(s);
+    s->policy = (struct sched_policy){.n_gpus = p->n_gpus, .host_budget = p->host_budget,
+                                      .group_limit = p->group_limit,
+                                      .max_wait_ms = p->max_wait_ms};
+    memcpy(s->policy.gpu_budget, p->gpu_budget, sizeof s->policy.gpu_budget);
+    sched_status_metrics_register(s);
     if (s->memory_ev)
         event_add(s->memory_ev, &(struct timeval){MEMORY_EVENT_MS / 1000, 0});
     return s;
 }
 
-static void free_model(struct smodel *m) {
+static void free_model(struct sched_model *m) {
     flush_cost(m);
     struct sched_job *j;
     while ((j = TAILQ_FIRST(&m->running)))
@@ -1390,6 +1003,7 @@ void sched_free(struct sched *s) {
     for (size_t i = 0; i < s->n_models; i++)
         free_model(s->models[i]);
     mem_free(s->models);
+    mem_free(s->view);
     upstream_client_free(s->http);
     engine_rundir_free(s->run);
     struct event *evs[] = {s->starve_ev, s->queue_ev, s->memory_ev};
@@ -1417,20 +1031,24 @@ static char **copy_args(char *const *args) {
 }
 
 tandem_err sched_add_model(struct sched *s, const struct sched_model_spec *spec, size_t *index) {
-    struct smodel **grown = mem_realloc(s->models, (s->n_models + 1) * sizeof *grown);
+    struct sched_model **grown = mem_realloc(s->models, (s->n_models + 1) * sizeof *grown);
     if (!grown)
         return TANDEM_ERR_NOMEM;
     s->models = grown;
-    struct smodel *m = mem_calloc(1, sizeof *m);
+    struct sched_policy_model *view = mem_realloc(s->view, (s->n_models + 1) * sizeof *view);
+    if (!view)
+        return TANDEM_ERR_NOMEM;
+    s->view = view;
+    struct sched_model *m = mem_calloc(1, sizeof *m);
     if (!m)
         return TANDEM_ERR_NOMEM;
-    *m = (struct smodel){.s = s, .index = s->n_models, .pm = spec->model,
-                         .settings = spec->settings, .device = spec->device,
-                         .stop_ms = -1, .ready_ms = -1, .first_ms = -1, .gpu = spec->gpu_bytes,
-                         .host = spec->host_bytes, .keep_alive_ms = spec->keep_alive_ms,
-                         .load_timeout_ms = spec->load_timeout_ms,
-                         .load_estimate_ms = spec->load_estimate_ms, .pin = spec->pin,
-                         .priority = spec->priority};
+    *m = (struct sched_model){.s = s, .index = s->n_models, .pm = spec->model,
+                              .settings = spec->settings, .device = spec->device,
+                              .stop_ms = -1, .ready_ms = -1, .first_ms = -1, .gpu = spec->gpu_bytes,
+                              .host = spec->host_bytes, .keep_alive_ms = spec->keep_alive_ms,
+                              .load_timeout_ms = spec->load_timeout_ms,
+                              .load_estimate_ms = spec->load_estimate_ms, .pin = spec->pin,
+                              .priority = spec->priority};
     TAILQ_INIT(&m->running);
     m->name = mem_strdup(spec->name);
     m->path = mem_strdup(spec->path);
@@ -1451,7 +1069,7 @@ tandem_err sched_add_model(struct sched *s, const struct sched_model_spec *spec,
         m->settings.parallel = 1;
     s->models[s->n_models] = m;
     *index = s->n_models++;
-    publish_state(m);
+    sched_status_publish_state(m);
     return TANDEM_OK;
 }
 
@@ -1464,26 +1082,19 @@ void sched_preload(struct sched *s) {
 tandem_err sched_load(struct sched *s, size_t index) {
     if (index >= s->n_models)
         return TANDEM_ERR_RANGE;
-    struct smodel *m = s->models[index];
+    struct sched_model *m = s->models[index];
     if (holds_memory(m) || s->shutting_down)
         return m->state == SCHED_STOPPING ? TANDEM_ERR_UNSUPPORTED : TANDEM_OK;
-    if (fits(s, m, &NOTHING_FREED)) {
+    if (fits(s, m)) {
         spawn(m);
         return TANDEM_OK;
     }
-    struct usage freed = {0};
-    bool chosen[s->n_models];
-    memset(chosen, 0, sizeof chosen);
-    struct smodel *victims[s->n_models], *r;
-    size_t n = 0;
-    while (!fits(s, m, &freed) && (r = lru_candidate(s, m, 0, NULL, 0, chosen, &freed))) {
-        victims[n++] = r;
-        add_usage(&freed, r);
-    }
-    if (!fits(s, m, &freed))
+    size_t victims[s->n_models], n;
+    struct sched_policy_ask ask = {.model = index, .admin = true};
+    if (!sched_policy_victims(&s->policy, views(s), s->n_models, &ask, victims, &n))
         return TANDEM_ERR_TOOBIG;
     for (size_t i = 0; i < n; i++)
-        stop_model(victims[i], "room");
+        stop_model(s->models[victims[i]], "room");
     m->load_asked = true; /* load_asked_models() loads it once they have exited */
     return TANDEM_OK;
 }
@@ -1491,7 +1102,7 @@ tandem_err sched_load(struct sched *s, size_t index) {
 tandem_err sched_unload(struct sched *s, size_t index) {
     if (index >= s->n_models)
         return TANDEM_ERR_RANGE;
-    struct smodel *m = s->models[index];
+    struct sched_model *m = s->models[index];
     if (m->n_running || m->n_waiting)
         return TANDEM_ERR_UNSUPPORTED;
     stop_model(m, "admin");
@@ -1542,7 +1153,7 @@ const char *sched_state_name(enum sched_state st) {
 }
 
 void sched_model_counts(const struct sched *s, size_t i, struct sched_counts *out) {
-    const struct smodel *m = s->models[i];
+    const struct sched_model *m = s->models[i];
     *out = (struct sched_counts){.loads = m->loads, .evictions = m->evictions,
                                  .crashes = m->crash_total, .retries = m->retries,
                                  .prefetches = m->prefetches, .lookaheads = m->lookaheads,
@@ -1550,7 +1161,7 @@ void sched_model_counts(const struct sched *s, size_t i, struct sched_counts *ou
 }
 
 const char *sched_model_failure(const struct sched *s, size_t i, int64_t *retry_in_ms) {
-    const struct smodel *m = s->models[i];
+    const struct sched_model *m = s->models[i];
     int64_t left = m->retry_at - host_now_ms();
     if (m->state != SCHED_FAILED || left <= 0)
         return NULL;
@@ -1558,90 +1169,12 @@ const char *sched_model_failure(const struct sched *s, size_t i, int64_t *retry_
     return m->last_error;
 }
 
-static json_t *ms_or_null(int64_t ms) { return ms >= 0 ? json_integer(ms) : json_null(); }
-
-/* Milliseconds until keep_alive unloads m, were it to stay idle; -1 when it
- * will not (not resident, busy, pinned, or kept forever). */
-static int64_t until_unload(const struct smodel *m, int64_t now) {
-    if (m->state != SCHED_RESIDENT || !idle(m) || m->pin || m->keep_alive_ms < 0)
-        return -1;
-    int64_t left = m->keep_alive_ms - (now - m->last_used);
-    return left > 0 ? left : 0;
-}
-
-static json_t *model_json(const struct smodel *m, int64_t now) {
-    json_t *j = json_object();
-    char dev[16];
-    json_object_set_new(j, "name", json_string(m->name));
-    json_object_set_new(j, "state", json_string(sched_state_name(m->state)));
-    json_object_set_new(j, "device", json_string(place_device_name(m->device, dev, sizeof dev)));
-    json_object_set_new(j, "ngl", json_integer(m->settings.ngl));
-    json_object_set_new(j, "threads", json_integer(m->settings.threads));
-    json_object_set_new(j, "swap", json_pack("{s:o, s:o, s:o}", "stop_ms", ms_or_null(m->stop_ms),
-                                             "ready_ms", ms_or_null(m->ready_ms), "first_answer_ms",
-                                             ms_or_null(m->first_ms)));
-    json_object_set_new(j, "prefetches", json_integer((json_int_t)m->prefetches));
-    json_object_set_new(j, "lookaheads", json_integer((json_int_t)m->lookaheads));
-    json_object_set_new(j, "planned", json_pack("{sIsI}", "gpu_bytes", (json_int_t)m->gpu,
-                                                "host_bytes", (json_int_t)m->host));
-    json_object_set_new(j, "measured",
-                        m->measured_gpu || m->measured_host
-                            ? json_pack("{sIsI}", "gpu_bytes", (json_int_t)m->measured_gpu,
-                                        "host_bytes", (json_int_t)m->measured_host)
-                            : json_null());
-    json_object_set_new(j, "pid", m->child ? json_integer(engine_child_pid(m->child)) : json_null());
-    json_object_set_new(j, "socket",
-                        m->child ? json_string(engine_child_socket(m->child)) : json_null());
-    json_object_set_new(j, "slots", json_integer(m->settings.parallel));
-    json_object_set_new(j, "determinism",
-                        json_string(m->settings.parallel == 1 ? "strict" : "relaxed"));
-    json_object_set_new(j, "running", json_integer(m->n_running));
-    json_object_set_new(j, "queued", json_integer(m->n_waiting));
-    json_object_set_new(j, "pinned", json_boolean(m->pin));
-    json_object_set_new(j, "idle_ms", m->last_used ? json_integer(now - m->last_used) : json_null());
-    json_object_set_new(j, "keep_alive_ms", m->keep_alive_ms >= 0 ? json_integer(m->keep_alive_ms)
-                                                                  : json_null());
-    json_object_set_new(j, "until_ms", ms_or_null(until_unload(m, now)));
-    json_object_set_new(j, "answered", json_integer((json_int_t)m->answered));
-    json_object_set_new(j, "loads", json_integer((json_int_t)m->loads));
-    json_object_set_new(j, "evictions", json_integer((json_int_t)m->evictions));
-    json_object_set_new(j, "crashes", json_integer((json_int_t)m->crash_total));
-    json_object_set_new(j, "crashes_last_60s", json_integer(recent_crashes(m, now)));
-    json_object_set_new(j, "retries", json_integer((json_int_t)m->retries));
-    json_object_set_new(j, "retry_in_ms", m->state == SCHED_FAILED && m->retry_at > now
-                                              ? json_integer(m->retry_at - now)
-                                              : json_null());
-    json_object_set_new(j, "progress", m->state == SCHED_LOADING || m->state == SCHED_RESIDENT
-                                           ? progress_json(&m->load)
-                                           : json_null());
-    json_object_set_new(j, "last_error", m->last_error[0] ? json_string(m->last_error) : json_null());
-    json_object_set_new(j, "log", json_string(m->log_path));
-    return j;
-}
-
-/* Per device: its budget and what holders use, GPUs first, then the host. */
-static json_t *devices_json(const struct sched *s, const struct usage *used) {
-    json_t *a = json_array();
-    for (uint32_t g = 0; g < s->p.n_gpus && g < PLACE_MAX_GPUS; g++) {
-        char dev[16];
-        json_array_append_new(a, json_pack("{s:s, s:I, s:I, s:b}", "device",
-                                           place_device_name((int32_t)g, dev, sizeof dev),
-                                           "budget_bytes", (json_int_t)s->p.gpu_budget[g],
-                                           "used_bytes", (json_int_t)used->gpu[g], "simulated",
-                                           s->p.simulated));
-    }
-    json_array_append_new(a, json_pack("{s:s, s:I, s:I, s:b}", "device", "host", "budget_bytes",
-                                       (json_int_t)s->p.host_budget, "used_bytes",
-                                       (json_int_t)used->host, "simulated", false));
-    return a;
-}
-
 struct upstream_client *sched_engine_client(struct sched *s) { return s->http; }
 
 void sched_slots(const struct sched *s, uint32_t *busy, uint32_t *total) {
     *busy = *total = 0;
     for (size_t i = 0; i < s->n_models; i++) {
-        const struct smodel *m = s->models[i];
+        const struct sched_model *m = s->models[i];
         if (m->state != SCHED_RESIDENT)
             continue;
         *busy += m->n_running;
@@ -1649,100 +1182,3 @@ void sched_slots(const struct sched *s, uint32_t *busy, uint32_t *total) {
     }
 }
 
-/* What m's engine holds now: its resident set (host memory) and, on a real
- * GPU with NVML, its memory there; each -1 when unknown. */
-static void measure(const struct smodel *m, int64_t *rss, int64_t *gpu) {
-    uint64_t kb, bytes;
-    long pid = m->child ? (long)engine_child_pid(m->child) : 0;
-    *rss = pid && host_proc_field(pid, "status", "VmRSS:", &kb) == TANDEM_OK ? (int64_t)kb * 1024
-                                                                             : -1;
-    *gpu = pid && m->device >= 0 && m->s->p.nvml && !m->s->p.simulated &&
-                   nvml_process_used_bytes(m->s->p.nvml, (unsigned)m->device, pid, &bytes) ==
-                       TANDEM_OK
-               ? (int64_t)bytes
-               : -1;
-}
-
-static json_t *bytes_or_null(int64_t b) { return b >= 0 ? json_integer(b) : json_null(); }
-
-/* Adds b (when known) to *sum, which is -1 until something is known. */
-static void add_known(int64_t *sum, int64_t b) {
-    if (b >= 0)
-        *sum = (*sum < 0 ? 0 : *sum) + b;
-}
-
-/* Measured use per device: what its engines hold, -1 when nothing is known. */
-struct measured {
-    int64_t gpu[PLACE_MAX_GPUS], host;
-};
-
-/* The engines holding memory, planned against measured; adds to *planned and *meas. */
-static json_t *memory_models_json(const struct sched *s, struct usage *planned,
-                                  struct measured *meas) {
-    json_t *models = json_array();
-    for (size_t i = 0; i < s->n_models; i++) {
-        const struct smodel *m = s->models[i];
-        if (!holds_memory(m))
-            continue;
-        add_usage(planned, m);
-        int64_t rss, gpu;
-        measure(m, &rss, &gpu);
-        add_known(&meas->host, rss);
-        if (m->device >= 0 && m->device < PLACE_MAX_GPUS)
-            add_known(&meas->gpu[m->device], gpu);
-        char dev[16];
-        json_array_append_new(models, json_pack("{sssssIsIsoso}", "model", m->name, "device",
-                                                place_device_name(m->device, dev, sizeof dev),
-                                                "planned_gpu_bytes", (json_int_t)m->gpu,
-                                                "planned_host_bytes", (json_int_t)m->host,
-                                                "measured_gpu_bytes", bytes_or_null(gpu),
-                                                "rss_bytes", bytes_or_null(rss)));
-    }
-    return models;
-}
-
-static json_t *memory_device_json(const char *device, uint64_t budget, uint64_t planned,
-                                  int64_t measured) {
-    return json_pack("{sssIsIso}", "device", device, "budget_bytes", (json_int_t)budget,
-                     "planned_bytes", (json_int_t)planned, "measured_bytes",
-                     bytes_or_null(measured));
-}
-
-json_t *sched_memory_json(const struct sched *s) {
-    struct usage planned = {0};
-    struct measured meas = {.host = -1};
-    for (size_t g = 0; g < PLACE_MAX_GPUS; g++)
-        meas.gpu[g] = -1;
-    json_t *models = memory_models_json(s, &planned, &meas), *devices = json_array();
-    for (uint32_t g = 0; g < s->p.n_gpus && g < PLACE_MAX_GPUS; g++) {
-        char dev[16];
-        json_array_append_new(devices, memory_device_json(place_device_name((int32_t)g, dev,
-                                                                            sizeof dev),
-                                                          s->p.gpu_budget[g], planned.gpu[g],
-                                                          meas.gpu[g]));
-    }
-    json_array_append_new(devices, memory_device_json("host", s->p.host_budget, planned.host,
-                                                      meas.host));
-    return json_pack("{soso}", "devices", devices, "models", models);
-}
-
-json_t *sched_status_json(const struct sched *s) {
-    int64_t now = host_now_ms();
-    struct usage used = {0};
-    uint64_t gpu = 0, gpu_budget = 0;
-    json_t *models = json_array();
-    for (size_t i = 0; i < s->n_models; i++) {
-        const struct smodel *m = s->models[i];
-        if (holds_memory(m))
-            add_usage(&used, m);
-        json_array_append_new(models, model_json(m, now));
-    }
-    for (uint32_t g = 0; g < s->p.n_gpus && g < PLACE_MAX_GPUS; g++)
-        gpu += used.gpu[g], gpu_budget += s->p.gpu_budget[g];
-    return json_pack("{s{sIsIsIsIsbso}s{sIsI}so}", "budget", "gpu_bytes", (json_int_t)gpu_budget,
-                     "host_bytes", (json_int_t)s->p.host_budget, "gpu_used_bytes",
-                     (json_int_t)gpu, "host_used_bytes", (json_int_t)used.host, "simulated",
-                     s->p.simulated, "devices", devices_json(s, &used), "queue", "waiting",
-                     (json_int_t)s->n_waiting, "depth", (json_int_t)s->p.queue_depth, "models",
-                     models);
-}

@@ -30,11 +30,13 @@
 #include "base/nvml.h"
 #include "serve/events.h"
 #include "serve/prom.h"
+#include "serve/sched_policy.h"
 
 struct sched;     /* opaque */
 struct sched_job; /* opaque; owned by the scheduler */
 
-enum sched_state { SCHED_UNLOADED, SCHED_LOADING, SCHED_RESIDENT, SCHED_STOPPING, SCHED_FAILED };
+/* enum sched_state (SCHED_UNLOADED, SCHED_LOADING, SCHED_RESIDENT,
+ * SCHED_STOPPING, SCHED_FAILED) is defined in serve/sched_policy.h. */
 
 /* One model the scheduler may load. Copied by sched_add_model, except model
  * (borrowed: it must outlive the scheduler). */
