@@ -20,7 +20,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/queue.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include <jansson.h>
@@ -54,17 +53,6 @@ const struct api_blob api_ui_app_css = {ui_app_css, sizeof ui_app_css};
 const struct api_blob api_ui_app_js = {ui_app_js, sizeof ui_app_js};
 
 /* --- calls ---------------------------------------------------------------------------------- */
-
-static void new_request_id(char out[64]) {
-    unsigned char b[16];
-    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
-        memset(b, 0, sizeof b);
-    static const char hex[] = "0123456789abcdef";
-    memcpy(out, "req_", 4);
-    for (size_t i = 0; i < sizeof b; i++)
-        out[4 + 2 * i] = hex[b[i] >> 4], out[5 + 2 * i] = hex[b[i] & 15];
-    out[4 + 2 * sizeof b] = '\0';
-}
 
 static void iso_time(char out[40]) {
     struct timespec ts;
@@ -581,23 +569,6 @@ static bool needs_key(const struct api *a, enum api_route_id r) {
            (r != API_ROUTE_METRICS || a->p.cfg->metrics_require_key);
 }
 
-/* The call's id: the client's x-request-id (or x-typesafe-request-id) when
- * it is printable and short, else a new one. */
-static void request_id(const struct evkeyvalq *h, char out[HTTP_REQUEST_ID_MAX]) {
-    const char *names[] = {"x-request-id", "x-typesafe-request-id"};
-    for (size_t i = 0; i < 2; i++) {
-        const char *id = h ? evhttp_find_header(h, names[i]) : NULL;
-        bool ok = id && *id && strlen(id) < HTTP_REQUEST_ID_MAX;
-        for (const char *p = id; ok && *p; p++)
-            ok = *p > ' ' && *p < 0x7f;
-        if (ok) {
-            snprintf(out, HTTP_REQUEST_ID_MAX, "%s", id);
-            return;
-        }
-    }
-    new_request_id(out);
-}
-
 /* The methods route takes, as Allow lists them ("GET,HEAD"), into out[cap]. */
 static void allow_list(const struct route_def *route, char *out, size_t cap) {
     size_t n = 0;
@@ -887,7 +858,7 @@ static void record_refusal(struct api *a, const char *method, const char *target
     free(path);
     struct api_call c = {.api = a, .t0 = host_now_ms(), .input_tokens = -1,
                      .route = route ? route->r : API_ROUTE_OTHER, .method = method};
-    request_id(headers, c.id);
+    http_request_id(headers, c.id);
     if (id)
         snprintf(id, HTTP_REQUEST_ID_MAX, "%s", c.id);
     audit_call(&c, v->status, v->message);
@@ -927,7 +898,7 @@ void api_handle(struct http_req *r, void *user) {
     }
     *c = (struct api_call){.api = a, .r = r, .t0 = host_now_ms(), .input_tokens = -1};
     link_call(a, c);
-    request_id(http_req_headers(r), c->id);
+    http_request_id(http_req_headers(r), c->id);
     const struct route_def *route = route_of(http_req_path(r));
     c->route = route ? route->r : API_ROUTE_OTHER;
     c->method = http_req_method_name(r);
