@@ -145,3 +145,7 @@ void api_answer_clear(struct api_answer *a) {
     free(a->body);
     *a = (struct api_answer){0};
 }
+
+const char *api_json_str(const json_t *obj, const char *key) {
+    return json_string_value(json_object_get(obj, key));
+}

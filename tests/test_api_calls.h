@@ -54,4 +54,7 @@ json_t *api_answer_json(const struct api_answer *a);
 
 void api_answer_clear(struct api_answer *a);
 
+/* obj's string member key (borrowed), or NULL. */
+const char *api_json_str(const json_t *obj, const char *key);
+
 #endif

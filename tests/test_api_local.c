@@ -36,6 +36,18 @@ static size_t header_count(const struct api_answer *a, const char *name) {
     return n;
 }
 
+/* GETs uri; *a gets the answer, and the result is its body (caller frees with done). */
+static json_t *get_json(const char *uri, struct api_answer *a) {
+    api_fixture_call(&f, EVHTTP_REQ_GET, uri, NULL, NULL, a);
+    cr_assert_eq(a->status, 200, "%s: %d", uri, a->status);
+    return api_answer_json(a);
+}
+
+static void done(json_t *j, struct api_answer *a) {
+    json_decref(j);
+    api_answer_clear(a);
+}
+
 Test(api_local, every_local_route_answers_with_a_request_id_and_the_node) {
     static const struct {
         enum evhttp_cmd_type method;
@@ -106,40 +118,32 @@ Test(api_local, a_refused_subscriber_gets_each_header_once) {
     cr_expect_eq(header_count(&a, "x-tandem-node"), 1);
     cr_expect_eq(header_count(&a, "Retry-After"), 1);
     json_t *j = api_answer_json(&a);
-    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "type")),
+    cr_expect_str_eq(api_json_str(json_object_get(j, "error"), "type"),
                      "too_many_subscribers");
-    json_decref(j);
-    api_answer_clear(&a);
+    done(j, &a);
 }
 
 Test(api_local, models_lists_both_models_and_the_default_alias) {
     struct api_answer a;
-    api_fixture_call(&f, EVHTTP_REQ_GET, "/v1/models", NULL, NULL, &a);
-    json_t *j = api_answer_json(&a);
+    json_t *j = get_json("/v1/models", &a);
     json_t *data = json_object_get(j, "data"), *models = json_object_get(j, "models");
     cr_assert_eq(json_array_size(data), 2);
-    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(data, 0), "id")), "kev");
-    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(data, 0), "status")),
-                     "loadable");
-    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(data, 1), "decision_type")),
-                     "");
+    cr_expect_str_eq(api_json_str(json_array_get(data, 0), "id"), "kev");
+    cr_expect_str_eq(api_json_str(json_array_get(data, 0), "status"), "loadable");
+    cr_expect_str_eq(api_json_str(json_array_get(data, 1), "decision_type"), "");
     cr_assert_eq(json_array_size(models), 3, "kev, jev-latest and gen");
-    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(models, 1), "alias_of")),
-                     "kev");
-    json_decref(j);
-    api_answer_clear(&a);
+    cr_expect_str_eq(api_json_str(json_array_get(models, 1), "alias_of"), "kev");
+    done(j, &a);
 }
 
 Test(api_local, status_names_the_node_and_counts_no_other_call) {
     struct api_answer a;
-    api_fixture_call(&f, EVHTTP_REQ_GET, "/v1/status", NULL, NULL, &a);
-    json_t *j = api_answer_json(&a);
+    json_t *j = get_json("/v1/status", &a);
     json_t *node = json_object_get(j, "node");
-    cr_expect_str_eq(json_string_value(json_object_get(node, "id")), "unit-node");
-    cr_expect_str_eq(json_string_value(json_object_get(node, "phase")), "serving");
+    cr_expect_str_eq(api_json_str(node, "id"), "unit-node");
+    cr_expect_str_eq(api_json_str(node, "phase"), "serving");
     cr_expect_eq(json_integer_value(json_object_get(j, "calls_in_flight")), 0);
     cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "events"), "max")),
                  f.cfg->max_event_clients);
-    json_decref(j);
-    api_answer_clear(&a);
+    done(j, &a);
 }

@@ -33,18 +33,14 @@ static json_t *post(const char *uri, const char *headers, const char *body,
     return json_object_get(*doc, "error");
 }
 
-static const char *str(json_t *obj, const char *key) {
-    return json_string_value(json_object_get(obj, key));
-}
-
 Test(api_proxy, a_decision_for_a_generative_model_is_501) {
     char body[256];
     snprintf(body, sizeof body, DECISION, "gen");
     struct api_answer a;
     json_t *doc, *err = post("/v1/systemone", NULL, body, &a, &doc);
     cr_expect_eq(a.status, 501);
-    cr_expect_str_eq(str(err, "type"), "not_supported_error");
-    cr_expect_str_eq(str(err, "param"), "model");
+    cr_expect_str_eq(api_json_str(err, "type"), "not_supported_error");
+    cr_expect_str_eq(api_json_str(err, "param"), "model");
     json_decref(doc);
     api_answer_clear(&a);
 }
@@ -55,9 +51,9 @@ Test(api_proxy, a_contract_violation_names_its_field) {
                              "{\"state\": \"x\", \"questions\": {\"u\": {\"type\": \"bogus\"}}}",
                              &a, &doc);
     cr_expect_eq(a.status, 400);
-    cr_expect_str_eq(str(err, "type"), "invalid_request_error");
-    cr_expect(str(err, "param") && !strncmp(str(err, "param"), "questions.u", 11), "%s",
-              str(err, "param"));
+    cr_expect_str_eq(api_json_str(err, "type"), "invalid_request_error");
+    const char *param = api_json_str(err, "param");
+    cr_expect(param && !strncmp(param, "questions.u", 11), "%s", param);
     json_decref(doc);
     api_answer_clear(&a);
 }
@@ -66,8 +62,8 @@ Test(api_proxy, an_unknown_model_lists_the_models) {
     struct api_answer a;
     json_t *doc, *err = post("/v1/chat/completions", NULL, "{\"model\": \"nope\"}", &a, &doc);
     cr_expect_eq(a.status, 400);
-    cr_expect_str_eq(str(err, "type"), "model_not_found");
-    cr_expect_str_eq(str(err, "message"), "unknown model \"nope\"; models: kev gen");
+    cr_expect_str_eq(api_json_str(err, "type"), "model_not_found");
+    cr_expect_str_eq(api_json_str(err, "message"), "unknown model \"nope\"; models: kev gen");
     json_decref(doc);
     api_answer_clear(&a);
 }
@@ -78,7 +74,7 @@ Test(api_proxy, a_submission_refused_by_a_stopping_scheduler_is_503_with_retry_a
     struct api_answer a;
     json_t *doc, *err = post("/v1/systemone", "x-request-id: p-1", body, &a, &doc);
     cr_expect_eq(a.status, 503);
-    cr_expect_str_eq(str(err, "message"), "tandem is shutting down");
+    cr_expect_str_eq(api_json_str(err, "message"), "tandem is shutting down");
     cr_expect_not_null(api_answer_header(&a, "Retry-After"));
     cr_expect_str_eq(api_answer_header(&a, "X-Tandem-Model"), "kev", "the alias is resolved");
     cr_expect_str_eq(api_answer_header(&a, "x-request-id"), "p-1");
@@ -92,7 +88,7 @@ Test(api_proxy, a_bad_deadline_header_is_400_before_any_submission) {
     json_t *doc, *err = post("/v1/embeddings", "X-Tandem-Timeout-Ms: 0", "{\"input\": \"x\"}",
                              &a, &doc);
     cr_expect_eq(a.status, 400);
-    cr_expect_str_eq(str(err, "message"),
+    cr_expect_str_eq(api_json_str(err, "message"),
                      "X-Tandem-Timeout-Ms: expected milliseconds from 1 to 86400000");
     json_decref(doc);
     api_answer_clear(&a);
@@ -104,7 +100,7 @@ Test(api_proxy, an_unknown_pipeline_is_404) {
                              "{\"state\": \"x\", \"candidates\": {\"a\": \"A\", \"b\": \"B\"}}",
                              &a, &doc);
     cr_expect_eq(a.status, 404);
-    cr_expect_str_eq(str(err, "type"), "not_found_error");
+    cr_expect_str_eq(api_json_str(err, "type"), "not_found_error");
     json_decref(doc);
     api_answer_clear(&a);
 }

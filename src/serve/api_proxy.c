@@ -48,7 +48,7 @@ static bool too_large(const char *text, size_t len) {
 
 /* The members of an engine's error object (borrowed) that tandem's shape
  * does not set itself, e.g. exceed_context_size_error's n_prompt_tokens and
- * n_ctx: a new object (NULL when err is not an object), for fail_call. */
+ * n_ctx: a new object (NULL when err is not an object), for api_call_fail. */
 static json_t *engine_error_fields(json_t *err) {
     json_t *own = json_is_object(err) ? json_copy(err) : NULL;
     static const char *const set[] = {"code", "type", "message"};
