@@ -192,6 +192,48 @@ Test(http_head, what_is_ambiguous_is_refused) {
     http_head_deinit(&h);
 }
 
+Test(http_head, an_unknown_method_keeps_its_head_for_the_refusal) {
+    struct http_head h;
+    char err[64] = "";
+    static const char query[] = "QUERY /v1/x HTTP/1.1\r\nHost: a\r\nx-request-id: q-1\r\n\r\n";
+    size_t scan = 0, end = http_head_end(query, sizeof query - 1, &scan);
+    cr_assert_eq(http_head_parse(query, end, &h, err, sizeof err), TANDEM_ERR_UNSUPPORTED);
+    cr_expect_str_eq(err, "unknown method");
+    cr_expect_null(h.method);
+    cr_expect_str_eq(h.target, "/v1/x");
+    cr_expect_str_eq(evhttp_find_header(&h.headers, "x-request-id"), "q-1");
+    http_head_deinit(&h);
+    /* what is wrong with the rest of the head decides first */
+    cr_expect_eq(parse("QUERY / HTTP/2.0\r\n\r\n", &h), TANDEM_ERR_FORMAT);
+    http_head_deinit(&h);
+    cr_expect_eq(parse("QUERY / HTTP/1.1\r\nA b\r\n\r\n", &h), TANDEM_ERR_FORMAT);
+    http_head_deinit(&h);
+    cr_expect_eq(parse("QU(ERY / HTTP/1.1\r\n\r\n", &h), TANDEM_ERR_FORMAT);
+    http_head_deinit(&h);
+}
+
+Test(http, a_request_id_is_the_clients_when_it_is_a_short_token) {
+    struct evkeyvalq h;
+    TAILQ_INIT(&h);
+    char id[HTTP_REQUEST_ID_MAX];
+    http_request_id(NULL, id);
+    cr_expect_eq(strlen(id), 36);
+    cr_expect_eq(strncmp(id, "req_", 4), 0);
+    cr_expect_eq(strspn(id + 4, "0123456789abcdef"), 32, "%s", id);
+    evhttp_add_header(&h, "x-typesafe-request-id", "ts-1");
+    http_request_id(&h, id);
+    cr_expect_str_eq(id, "ts-1");
+    evhttp_add_header(&h, "x-request-id", "has space");
+    http_request_id(&h, id);
+    cr_expect_str_eq(id, "ts-1", "an x-request-id that is not a token is passed over");
+    evhttp_clear_headers(&h);
+    evhttp_add_header(&h, "x-request-id", "r-1");
+    evhttp_add_header(&h, "x-typesafe-request-id", "ts-1");
+    http_request_id(&h, id);
+    cr_expect_str_eq(id, "r-1");
+    evhttp_clear_headers(&h);
+}
+
 Test(http_head, the_end_is_found_across_pieces) {
     const char *head = "GET / HTTP/1.1\r\nA: b\r\n\r\nBODY";
     size_t scan = 0;

@@ -78,6 +78,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 
 #include <event2/bufferevent.h>
@@ -340,6 +341,33 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg) {
 
 /* --- the head check -------------------------------------------------------------------- */
 
+/* A new id, "req_" + 32 hex digits, into out. */
+static void new_request_id(char out[HTTP_REQUEST_ID_MAX]) {
+    unsigned char b[16];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
+        memset(b, 0, sizeof b);
+    static const char hex[] = "0123456789abcdef";
+    memcpy(out, "req_", 4);
+    for (size_t i = 0; i < sizeof b; i++)
+        out[4 + 2 * i] = hex[b[i] >> 4], out[5 + 2 * i] = hex[b[i] & 15];
+    out[4 + 2 * sizeof b] = '\0';
+}
+
+void http_request_id(const struct evkeyvalq *h, char out[HTTP_REQUEST_ID_MAX]) {
+    const char *names[] = {"x-request-id", "x-typesafe-request-id"};
+    for (size_t i = 0; i < 2; i++) {
+        const char *id = h ? evhttp_find_header(h, names[i]) : NULL;
+        bool ok = id && *id && strlen(id) < HTTP_REQUEST_ID_MAX;
+        for (const char *p = id; ok && *p; p++)
+            ok = *p > ' ' && *p < 0x7f;
+        if (ok) {
+            snprintf(out, HTTP_REQUEST_ID_MAX, "%s", id);
+            return;
+        }
+    }
+    new_request_id(out);
+}
+
 static const char *reason_phrase(int status) {
     switch (status) {
     case 400: return "Bad Request";
@@ -441,9 +469,10 @@ static void head_check(struct http_conn *c) {
     if (!end && c->head_len <= HEAD_MAX)
         return; /* more to come */
     if (!end || end > HEAD_MAX) {
+        new_request_id(id);
         refuse(c, error_body(431, "request_too_large", "the request head is over 64 KiB", body,
                              sizeof body),
-               body, NULL, "");
+               body, NULL, id);
         return;
     }
     struct http_head h;
@@ -466,6 +495,8 @@ static void head_check(struct http_conn *c) {
                                 "too many connections (limits.max_connections)", body,
                                 sizeof body);
     }
+    if (status && !id[0]) /* the server's own refusal: the head hook named none */
+        http_request_id(&h.headers, id);
     if (status)
         refuse(c, status, body, h.method, id);
     else
@@ -504,12 +535,14 @@ static bool copy_head(struct http_conn *c, struct evbuffer *in, size_t from) {
  * head once it is in (see the phases above). Runs inside the bufferevent's
  * read, before evhttp's read callback sees the same bytes. */
 static void head_input(struct http_conn *c, struct evbuffer *in, size_t from) {
-    char body[256];
-    if (copy_head(c, in, from))
+    char body[256], id[HTTP_REQUEST_ID_MAX];
+    if (copy_head(c, in, from)) {
         head_check(c);
-    else
+    } else {
+        new_request_id(id);
         refuse(c, error_body(500, "internal_error", "out of memory", body, sizeof body), body,
-               NULL, "");
+               NULL, id);
+    }
 }
 
 static void on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg) {

@@ -38,6 +38,12 @@ typedef void (*http_handler_fn)(struct http_req *r, void *user);
 /* The size of a request id's buffer, its NUL included: the longest client id kept is 63. */
 #define HTTP_REQUEST_ID_MAX 64
 
+/* A request's id into out: the client's x-request-id, else its x-typesafe-request-id, when
+ * it is printable ASCII without spaces and at most 63 bytes; else a new one, "req_" + 32
+ * random hex digits. headers (borrowed) may be NULL: a new id. Every answer carries it as
+ * x-request-id, the server's own refusals included. */
+void http_request_id(const struct evkeyvalq *headers, char out[HTTP_REQUEST_ID_MAX]);
+
 /* Called once a request's head (request line and headers) is in, before its body is read:
  * return 0 to go on, else the status to refuse with, having written the JSON body into
  * body[cap]; the server then answers that status itself (Connection: close), reads no body

@@ -51,7 +51,9 @@ static tandem_err fail(char *err, size_t errlen, tandem_err e, const char *what)
     return e;
 }
 
-/* "METHOD SP target SP HTTP/1.x" in line[len]. */
+/* "METHOD SP target SP HTTP/1.x" in line[len]. A method that is a token but not one evhttp
+ * knows leaves h->method NULL and the rest is checked as for any other: the result is then
+ * TANDEM_ERR_UNSUPPORTED when the line is otherwise good. */
 static tandem_err parse_request_line(const char *line, size_t len, struct http_head *h, char *err,
                                      size_t errlen) {
     const char *sp1 = memchr(line, ' ', len);
@@ -64,13 +66,11 @@ static tandem_err parse_request_line(const char *line, size_t len, struct http_h
     for (size_t i = 0; i < sizeof known_methods / sizeof *known_methods; i++)
         if (strlen(known_methods[i]) == mlen && !memcmp(line, known_methods[i], mlen))
             h->method = known_methods[i];
-    if (!h->method) {
-        for (size_t i = 0; i < mlen; i++)
-            if (!is_tchar((unsigned char)line[i]))
-                return fail(err, errlen, TANDEM_ERR_FORMAT, "bad request line");
-        return fail(err, errlen, mlen ? TANDEM_ERR_UNSUPPORTED : TANDEM_ERR_FORMAT,
-                    mlen ? "unknown method" : "bad request line");
-    }
+    for (size_t i = 0; !h->method && i < mlen; i++)
+        if (!is_tchar((unsigned char)line[i]))
+            return fail(err, errlen, TANDEM_ERR_FORMAT, "bad request line");
+    if (!mlen)
+        return fail(err, errlen, TANDEM_ERR_FORMAT, "bad request line");
     if (vlen != 8 || memcmp(version, "HTTP/1.", 7) || (version[7] != '0' && version[7] != '1'))
         return fail(err, errlen, TANDEM_ERR_FORMAT, "bad HTTP version: expected HTTP/1.0 or 1.1");
     h->minor = version[7] - '0';
@@ -88,7 +88,7 @@ static tandem_err parse_request_line(const char *line, size_t len, struct http_h
     if (!u)
         return fail(err, errlen, TANDEM_ERR_FORMAT, "bad request-target");
     evhttp_uri_free(u);
-    return TANDEM_OK;
+    return h->method ? TANDEM_OK : TANDEM_ERR_UNSUPPORTED;
 }
 
 /* "name: value" in line[len], added to h->headers. */
@@ -130,7 +130,7 @@ tandem_err http_head_parse(const char *head, size_t len, struct http_head *out, 
                            size_t errlen) {
     *out = (struct http_head){0};
     TAILQ_INIT(&out->headers);
-    bool first = true;
+    bool first = true, unknown = false; /* an unknown method: refused once the head checks */
     for (size_t p = 0; p < len;) {
         const char *nl = memchr(head + p, '\n', len - p);
         if (!nl)
@@ -138,13 +138,18 @@ tandem_err http_head_parse(const char *head, size_t len, struct http_head *out, 
         size_t end = (size_t)(nl - head), n = end - p;
         if (n && head[end - 1] == '\r')
             n--;
-        if (!n) /* the empty line: the head is over */
-            return first ? fail(err, errlen, TANDEM_ERR_FORMAT, "empty request line") : TANDEM_OK;
+        if (!n && first) /* the empty line: the head is over */
+            return fail(err, errlen, TANDEM_ERR_FORMAT, "empty request line");
+        if (!n)
+            return unknown ? fail(err, errlen, TANDEM_ERR_UNSUPPORTED, "unknown method")
+                           : TANDEM_OK;
         for (size_t i = 0; i < n; i++)
             if (head[p + i] == '\0' || head[p + i] == '\r')
                 return fail(err, errlen, TANDEM_ERR_FORMAT, "control byte in the head");
         tandem_err e = first ? parse_request_line(head + p, n, out, err, errlen)
                              : parse_header_line(head + p, n, out, err, errlen);
+        if (first && e == TANDEM_ERR_UNSUPPORTED)
+            unknown = true, e = TANDEM_OK;
         if (e != TANDEM_OK)
             return e;
         first = false;

@@ -24,7 +24,7 @@
 /* One parsed head. Caller-allocated: http_head_parse fills it and
  * http_head_deinit releases what it holds. */
 struct http_head {
-    const char *method;       /* static: "GET", "POST", ... */
+    const char *method;       /* static: "GET", "POST", ...; NULL for an unknown one */
     char *target;             /* the request-target as sent (owned) */
     int minor;                /* HTTP/1.minor: 0 or 1 */
     struct evkeyvalq headers; /* in the order sent, duplicates kept */
@@ -40,8 +40,10 @@ size_t http_head_end(const char *buf, size_t len, size_t *scan);
 /* Parses head[len], a whole head as http_head_end delimits it (the empty
  * line included), into *out, which is always initialised (release it with
  * http_head_deinit, whatever the result). Returns TANDEM_OK;
- * TANDEM_ERR_UNSUPPORTED for a method evhttp does not know (answer 501);
- * TANDEM_ERR_FORMAT for anything else refused (answer 400); TANDEM_ERR_NOMEM.
+ * TANDEM_ERR_UNSUPPORTED for a method evhttp does not know (a token: answer 501) in a head
+ * that is otherwise good, whose target and headers are then in *out (method NULL), so
+ * that the refusal can echo the client's x-request-id; TANDEM_ERR_FORMAT for anything
+ * else refused (answer 400), which an unknown method does not hide; TANDEM_ERR_NOMEM.
  * err[errlen] (optional) says what was wrong. */
 tandem_err http_head_parse(const char *head, size_t len, struct http_head *out, char *err,
                            size_t errlen);

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/queue.h>
 
 #include "base/host.h"
 #include "base/mem.h"
@@ -81,7 +82,7 @@ struct remote {
     struct prom_metric *m_up, *m_requests, *m_duration;
     struct remote_model **models;
     size_t n_models, cap_models;
-    struct remote_call *calls;
+    TAILQ_HEAD(, remote_call) calls; /* not yet delivered, for remote_free */
     bool started;
 };
 
@@ -99,7 +100,7 @@ struct xfer {                    /* one transfer: an attempt of a call, or a pro
 struct remote_call {
     struct remote *r;
     struct remote_model *m;
-    struct remote_call *prev, *next;
+    TAILQ_ENTRY(remote_call) link; /* on r->calls */
     char *route, *body, *request_id;
     size_t len;
     int64_t deadline_ms;         /* <= 0: none */
@@ -390,12 +391,7 @@ static void call_drop_xfer(struct remote_call *c) {
 
 static void call_free(struct remote_call *c) {
     struct remote *r = c->r;
-    if (c->prev)
-        c->prev->next = c->next;
-    else if (r->calls == c)
-        r->calls = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    TAILQ_REMOVE(&r->calls, c, link);
     call_drop_xfer(c);
     if (c->later)
         event_free(c->later);
@@ -700,6 +696,7 @@ struct remote *remote_new(struct event_base *base, const struct remote_params *p
     if (!r)
         return NULL;
     r->base = base;
+    TAILQ_INIT(&r->calls);
     r->interval_ms = p->health_interval_ms > 0 ? p->health_interval_ms : DEFAULT_INTERVAL_MS;
     r->max_bytes = p->max_response_bytes ? p->max_response_bytes : DEFAULT_MAX_BYTES;
     r->loop = curl_loop_new(base, xfer_done, r);
@@ -729,8 +726,8 @@ static void model_free(struct remote_model *m) {
 void remote_free(struct remote *r) {
     if (!r)
         return;
-    while (r->calls)
-        remote_call_cancel(r->calls);
+    while (!TAILQ_EMPTY(&r->calls))
+        remote_call_cancel(TAILQ_FIRST(&r->calls));
     for (size_t i = 0; i < r->n_models; i++)
         model_free(r->models[i]);
     mem_free(r->models);
@@ -836,14 +833,6 @@ static bool call_copy(struct remote_call *c, const char *route, const char *body
            (!id_ok || (c->request_id = mem_strdup(request_id)));
 }
 
-static void call_link(struct remote_call *c) {
-    struct remote *r = c->r;
-    c->next = r->calls;
-    if (r->calls)
-        r->calls->prev = c;
-    r->calls = c;
-}
-
 struct remote_call *remote_call_start(struct remote *r, size_t index, const char *route,
                                       const char *body, size_t len, const char *request_id,
                                       int64_t deadline_ms, remote_done_fn done, void *user) {
@@ -857,7 +846,7 @@ struct remote_call *remote_call_start(struct remote *r, size_t index, const char
     mem_buf_init(&c->why, MSG_MAX);
     mem_buf_init(&c->msg, MSG_MAX);
     mem_buf_init(&c->kept, r->max_bytes < SIZE_MAX ? (size_t)r->max_bytes : SIZE_MAX);
-    call_link(c);
+    TAILQ_INSERT_HEAD(&r->calls, c, link);
     bool ok = call_copy(c, route, body, len, request_id);
     struct upstream *u = ok ? choose(c) : NULL;
     if (ok && c->deadline_ms > 0 && time_left(c) <= 0) {

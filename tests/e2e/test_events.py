@@ -2,7 +2,9 @@
 budget that holds one at a time, read by a real server-sent-events client.
 
 Checked: the order of what a swap publishes (loading, ready, evicted, request,
-queue, memory) with increasing ids; a resume with Last-Event-ID, and the reset
+queue, memory) with increasing ids; every frame read as schemathesis reads one
+validates against docs/openapi.yaml's NodeEvent, and its data against the
+Event<Name> schema its event names; a resume with Last-Event-ID, and the reset
 past the ring; the subscriber cap (429); a subscriber that never reads, which
 is dropped while the daemon keeps answering and its memory stays bounded; a
 hang-up mid-stream; a pipeline's verdict; the API key; load progress in
@@ -19,6 +21,10 @@ import threading
 import time
 from pathlib import Path
 from urllib.parse import urlparse
+
+import jsonschema
+import yaml
+from schemathesis.core.deserialization import _parse_sse_events
 
 from conftest import ROOT
 from conftest import http as http_call
@@ -37,7 +43,7 @@ class Stream:
         self.conn.request("GET", "/v1/events", headers=headers or {})
         self.resp = self.conn.getresponse()
         self.status = self.resp.status
-        self.events, self.comments, self.ended = [], [], False
+        self.events, self.comments, self.raw, self.ended = [], [], [], False
         self.cond = threading.Condition()
         if self.status == 200:
             threading.Thread(target=self._read, daemon=True).start()
@@ -59,6 +65,8 @@ class Stream:
             self.cond.notify_all()
 
     def _frame(self, text):
+        with self.cond:
+            self.raw.append(text + "\n\n")
         ev = {"id": None, "event": "message", "data": None}
         for line in text.split("\n"):
             if line.startswith(":"):
@@ -90,6 +98,34 @@ class Stream:
 
     def close(self):
         self.conn.close()
+
+
+CONTRACT = yaml.safe_load((ROOT / "docs" / "openapi.yaml").read_text())
+
+
+def contract_schema(name):
+    return jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{name}",
+                                            "components": CONTRACT["components"]})
+
+
+def assert_frames_keep_the_contract(stream):
+    """Every frame stream got, parsed as schemathesis parses a text/event-stream answer
+    (its response_schema_conformance check, ST108), is a NodeEvent, and its data is the
+    schema its event names (EventLoading for loading). Returns the event names seen."""
+    with stream.cond:
+        raw = "".join(stream.raw)
+    frame = contract_schema("NodeEvent")
+    seen = set()
+    for e in _parse_sse_events(raw.encode()):
+        bad = [err.message for err in frame.iter_errors(e)]
+        assert not bad, (e, bad)
+        data = json.loads(e["data"])
+        schema = contract_schema("Event" + e["event"].capitalize())
+        bad = [f"{list(err.absolute_path)}: {err.message}" for err in schema.iter_errors(data)]
+        assert not bad, (e["event"], data, bad)
+        assert not list(contract_schema("EventData").iter_errors(data)), data
+        seen.add(e["event"])
+    return seen
 
 
 def ask(s, model):
@@ -130,7 +166,9 @@ def test_a_swap_publishes_in_order_and_a_resume_replays_what_was_missed(serve_fa
     assert queue["data"]["models"][B]["oldest_wait_ms"] >= 0
     phases = [e["data"]["phase"] for e in st.of("loading", B)]
     assert phases[0] == "spawn" and phases[-1] in ("reading weights", "warmup"), phases
-    mem = st.wait(lambda e: e["event"] == "memory", timeout=5)["data"]
+    # a sample after B is ready (one taken while A was loading or resident names A)
+    b_ready = st.of("ready", B)[0]["id"]
+    mem = st.wait(lambda e: e["event"] == "memory" and e["id"] > b_ready, timeout=5)["data"]
     host = next(d for d in mem["devices"] if d["device"] == "host")
     assert host["planned_bytes"] > 0 and host["measured_bytes"] > 0
     assert [m["model"] for m in mem["models"]] == [B] and mem["models"][0]["rss_bytes"] > 0
@@ -144,6 +182,9 @@ def test_a_swap_publishes_in_order_and_a_resume_replays_what_was_missed(serve_fa
     stale = Stream(s.url, {"Last-Event-ID": "99999999"})
     reset = stale.wait(lambda e: e["event"] == "reset", timeout=10)
     assert reset["id"] is None and reset["data"]["oldest_id"] >= 1
+    assert assert_frames_keep_the_contract(st) >= {"loading", "ready", "evicted", "request",
+                                                   "queue", "memory"}
+    assert "reset" in assert_frames_keep_the_contract(stale)
     for x in (st, again, stale):
         x.close()
 
@@ -176,6 +217,7 @@ def test_the_subscriber_cap_and_the_key(serve_factory):
     reload(s, config(extra="api_keys: [k-ev]", limits="  max_event_clients: 0"))
     # the subscribers hear of it (tandem mcp rereads the pipelines then)
     assert d.wait(lambda e: e["event"] == "reload", timeout=10)["data"]["config"] == str(s.config)
+    assert "reload" in assert_frames_keep_the_contract(d)
     off = Stream(s.url, auth)
     assert off.status == 503 and "max_event_clients: 0" in off.body["error"]["message"]
     assert not b.ended and not d.ended
@@ -212,6 +254,7 @@ def test_a_subscriber_that_never_reads_is_dropped_and_memory_stays_bounded(serve
     asan = b"__asan_init" in Path(s.proc.args[0]).read_bytes()
     assert asan or grew < 24 * 1024, f"RSS grew {grew} KiB"
     assert fast.of("request")[0]["data"]["request_body"].startswith('{"model"')
+    assert assert_frames_keep_the_contract(fast) >= {"request"}
     slow.close(), fast.close()
 
 
@@ -226,6 +269,7 @@ def test_a_pipeline_publishes_its_verdict(serve_factory):
     assert "usage" not in v and "models" not in v
     req = st.wait(lambda e: e["event"] == "request" and e["data"]["pipeline"] == "ops", timeout=10)
     assert req["data"]["route"] == "pipeline" and req["data"]["status"] == 200
+    assert assert_frames_keep_the_contract(st) >= {"verdict", "request"}
     st.close()
 
 

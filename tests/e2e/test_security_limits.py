@@ -12,7 +12,9 @@ a real `tandem serve`:
   thirty such clients sending their bodies leave the daemon's RSS flat.
 
 No model is loaded: every request here is answered by the daemon itself."""
+import json
 import os
+import re
 import socket
 import threading
 import time
@@ -206,6 +208,34 @@ def test_past_the_cap_with_nothing_idle_a_connection_gets_503_in_tandems_shape(s
         b.sendall(b"Host: 127.0.0.1\r\n\r\n")
         assert read_response(b)[0] == 200
         b.close()
+
+
+# --- methods libevent does not know ----------------------------------------------------------------
+
+
+def test_a_method_libevent_does_not_know_gets_tandems_json_501_with_a_request_id(serve_factory):
+    """QUERY (a draft method) is refused with the head, before the key or any route: 501
+    not_supported_error in tandem's shape (libevent 2.1 alone would answer plain HTML),
+    with x-request-id: the client's when it sent one, else a generated req_ id."""
+    s = serve_factory(config())
+    for sent in ({"x-request-id": "query-1"}, {}):
+        c = connect(s)
+        got = request(c, "QUERY", "/v1/models", {"Content-Type": "application/json", **sent},
+                      b'{"q": 1}')
+        assert got, "no answer to QUERY"
+        status, headers, body = got
+        assert status == 501, got
+        assert headers["content-type"] == "application/json" and headers["connection"] == "close"
+        doc = json.loads(body)
+        assert doc["error"]["code"] == 501 and doc["error"]["type"] == "not_supported_error", doc
+        assert doc["detail"] == {"error_type": "not_supported_error",
+                                 "message": doc["error"]["message"]}
+        if sent:
+            assert headers["x-request-id"] == "query-1"
+        else:
+            assert re.fullmatch(r"req_[0-9a-f]{32}", headers["x-request-id"]), headers
+        assert closed(c)
+    assert http("GET", s.url + "/livez")[0] == 200
 
 
 # --- unauthenticated large bodies --------------------------------------------------------------

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import threading
+import urllib.error
 import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
@@ -267,3 +268,27 @@ def test_without_the_event_stream_the_page_polls_and_still_shows_a_swap(serve_fa
          what="B's load bar, by polling")
     swap.join(120)
     assert console_errors(browser, allowed=("503",)) == []
+
+
+def test_every_dashboard_file_and_its_304_carry_the_request_id(serve_factory):
+    """docs/serve.md: x-request-id on every answer, the dashboard's files and their 304
+    revalidations included (the HTTP fuzz target once stopped on a /ui 304)."""
+    s = serve_factory(config(tiny=True))
+    for path in ("/ui", "/ui/app.css", "/ui/app.js"):
+        with urllib.request.urlopen(s.url + path, timeout=30) as r:
+            assert r.status == 200 and r.headers["x-tandem-node"]
+            assert r.headers["x-request-id"].startswith("req_"), dict(r.headers)
+            etag = r.headers["ETag"]
+        req = urllib.request.Request(s.url + path, headers={"If-None-Match": etag,
+                                                            "x-request-id": f"ui-{path}"})
+        try:
+            urllib.request.urlopen(req, timeout=30)
+            raise AssertionError(f"{path}: no 304 for its own ETag")
+        except urllib.error.HTTPError as e:  # urllib raises on a 304
+            assert e.code == 304 and e.read() == b""
+            assert e.headers["x-request-id"] == f"ui-{path}" and e.headers["ETag"] == etag
+    # and the event stream the page subscribes to
+    with urllib.request.urlopen(urllib.request.Request(
+            s.url + "/v1/events", headers={"x-request-id": "ui-events"}), timeout=30) as r:
+        assert r.headers["Content-Type"] == "text/event-stream"
+        assert r.headers["x-request-id"] == "ui-events" and r.headers["x-tandem-node"]

@@ -343,9 +343,11 @@ static void on_reply(void *user, int status, const struct evkeyvalq *headers, co
     a->len = len;
 }
 
-/* The statuses docs/serve.md gives these routes when no engine is reached. */
+/* The statuses docs/serve.md gives these routes when no engine is reached (304: the
+ * dashboard's files, revalidated by ETag: check_answer). */
 static bool documented(int status) {
-    static const int ok[] = {200, 202, 204, 400, 401, 403, 404, 405, 409, 413, 415, 501, 503};
+    static const int ok[] = {200, 202, 204, 304, 400, 401, 403, 404, 405, 409, 413, 415, 501,
+                             503};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (status == ok[i])
             return true;
@@ -413,6 +415,8 @@ static void check_cors(const struct request *rq, const struct answer *a) {
         die("a 403 with Access-Control-Allow-Origin");
     if (a->status == 204 && rq->method != EVHTTP_REQ_OPTIONS)
         die("204 for a method other than OPTIONS");
+    if (a->status == 304 && (!evhttp_find_header(&rq->headers, "If-None-Match") || a->len))
+        die("304 without an ETag to match, or with a body");
 }
 
 static void check_answer(const struct request *rq, const struct answer *a) {
