@@ -21,6 +21,7 @@
 #include "gguf/ggml_types.h"
 #include "plan/plan.h"
 #include "plan/plan_cli.h"
+#include "plan/verdict.h"
 #include "base/host.h"
 #include "base/mem.h"
 #include "base/units.h"
@@ -606,6 +607,7 @@ int cmd_plan_main(int argc, char **argv, const char *llama_server) {
     }
     if ((rc = place(cfg, fm, n, &o, &pf, &budget, use_measured, &pl)) != 0)
         goto done;
+    verdict_settle(fm, r, n, pl.models, &pl.budget, pl.result, &res);
     rc = 1;
     json_t *j = result_json(fm, n, &budget, total, source, r, &res);
     if (j)
