@@ -21,6 +21,10 @@ struct fixture {
     struct place_model pm[2];
     struct place_budget gpu; /* one GPU */
     struct place_budget cpu; /* no GPU */
+    struct fit_model fm[2];  /* fit's side, for verdict_settle */
+    struct fit_model_result fr[2];
+    struct fit_result res;
+    struct place_result *placed; /* the placement's side (large: on the heap) */
 };
 
 static struct fixture f;
@@ -35,13 +39,17 @@ static void setup(void) {
                                    .settings = plan_default_settings(), .gpu = PLACE_ANY_GPU};
     f.pm[1] = (struct place_model){.name = "laya", .model = f.b,
                                    .settings = plan_default_settings(), .gpu = PLACE_ANY_GPU};
-    f.gpu = (struct place_budget){.n_gpus = 1, .gpu_bytes = {6ull << 30}, .host_bytes = 16ull << 30};
+    f.gpu = (struct place_budget){.n_gpus = 1, .gpu_bytes = {6ull << 30},
+                                  .host_bytes = 16ull << 30};
     f.cpu = (struct place_budget){.n_gpus = 0, .host_bytes = 16ull << 30};
+    f.placed = calloc(1, sizeof *f.placed);
+    cr_assert(f.placed);
 }
 
 static void teardown(void) {
     plan_model_free(f.a);
     plan_model_free(f.b);
+    free(f.placed);
 }
 
 TestSuite(verdict, .init = setup, .fini = teardown);
@@ -99,97 +107,75 @@ Test(verdict, an_arrangement_that_does_not_fit_is_no_fit) {
 }
 
 /* fit's answer for kev and laya: both whole on the GPU, with verdict v. */
-static void fit_said(enum fit_verdict v, struct fit_model fm[2], struct fit_model_result fr[2],
-                     struct fit_result *res) {
-    fm[0] = (struct fit_model){"kev", f.a, plan_default_settings(), false};
-    fm[1] = (struct fit_model){"laya", f.b, plan_default_settings(), false};
-    memset(fr, 0, 2 * sizeof *fr);
-    fr[0].ngl = fr[1].ngl = ALL;
-    *res = (struct fit_result){.verdict = v, .need_gpu = 7, .need_host = 9};
-    snprintf(res->reason, sizeof res->reason, "each fits alone, but together they need more");
-    snprintf(res->alternative, sizeof res->alternative, "co-resident if laya keeps 3 of 5");
+static void fit_said(enum fit_verdict v) {
+    f.fm[0] = (struct fit_model){"kev", f.a, plan_default_settings(), false};
+    f.fm[1] = (struct fit_model){"laya", f.b, plan_default_settings(), false};
+    memset(f.fr, 0, sizeof f.fr);
+    f.fr[0].ngl = f.fr[1].ngl = ALL;
+    f.res = (struct fit_result){.verdict = v, .need_gpu = 7, .need_host = 9};
+    snprintf(f.res.reason, sizeof f.res.reason, "each fits alone, but together they need more");
+    snprintf(f.res.alternative, sizeof f.res.alternative, "co-resident if laya keeps 3 of 5");
+}
+
+/* Settles fit's answer with the placement's and expects verdict v and reason. */
+static void expect_settled(enum fit_verdict v, const char *reason) {
+    verdict_settle(f.fm, f.fr, 2, f.pm, &f.gpu, f.placed, &f.res);
+    cr_expect_eq(f.res.verdict, v);
+    cr_expect_str_eq(f.res.reason, reason);
 }
 
 Test(verdict, the_placement_overrules_a_rotate_that_it_avoided) {
-    struct fit_model fm[2];
-    struct fit_model_result fr[2];
-    struct fit_result res;
-    fit_said(FIT_ROTATE, fm, fr, &res);
-    struct place_result *r = calloc(1, sizeof *r);
-    r->best = arrange(0, ALL, false, 0, 3, false);
-    r->alts[0] = arrange(0, 4, false, 0, ALL, false);
-    r->alts[0].fits = false; /* skipped: it does not fit */
-    r->alts[1] = arrange(0, 4, false, 0, ALL, false);
-    snprintf(r->alts[1].reason, sizeof r->alts[1].reason, "slower: 1.000 s");
-    r->n_alts = 2;
-    verdict_settle(fm, fr, 2, f.pm, &f.gpu, r, &res);
-    cr_expect_eq(res.verdict, FIT_PARTIAL);
-    cr_expect_str_eq(res.reason, "laya keeps 3 of 5 layers on gpu:0 (slowdown: heavy), so that "
-                                 "nothing rotates; each fits alone, but together they need more");
-    cr_expect_str_eq(res.alternative, "kev 0/4, laya 0/5: slower: 1.000 s");
-    cr_expect_eq(res.need_gpu, 7);
-    cr_expect_eq(res.need_host, 9);
-    free(r);
+    fit_said(FIT_ROTATE);
+    f.placed->best = arrange(0, ALL, false, 0, 3, false);
+    f.placed->alts[0] = arrange(0, 4, false, 0, ALL, false);
+    f.placed->alts[0].fits = false; /* skipped: it does not fit */
+    f.placed->alts[1] = arrange(0, 4, false, 0, ALL, false);
+    snprintf(f.placed->alts[1].reason, sizeof f.placed->alts[1].reason, "slower: 1.000 s");
+    f.placed->n_alts = 2;
+    expect_settled(FIT_PARTIAL, "laya keeps 3 of 5 layers on gpu:0 (slowdown: heavy), so "
+                                "that nothing rotates; each fits alone, but together they "
+                                "need more");
+    cr_expect_str_eq(f.res.alternative, "kev 0/4, laya 0/5: slower: 1.000 s");
+    cr_expect_eq(f.res.need_gpu, 7);
+    cr_expect_eq(f.res.need_host, 9);
 }
 
 Test(verdict, a_model_on_the_cpu_is_named) {
-    struct fit_model fm[2];
-    struct fit_model_result fr[2];
-    struct fit_result res;
-    fit_said(FIT_ROTATE, fm, fr, &res);
-    struct place_result *r = calloc(1, sizeof *r);
-    r->best = arrange(0, ALL, false, PLACE_CPU, 0, false);
-    verdict_settle(fm, fr, 2, f.pm, &f.gpu, r, &res);
-    cr_expect_eq(res.verdict, FIT_PARTIAL);
-    cr_expect_str_eq(res.reason, "laya runs on the CPU, so that nothing rotates; each fits "
-                                 "alone, but together they need more");
-    cr_expect_str_eq(res.alternative, "");
+    fit_said(FIT_ROTATE);
+    f.placed->best = arrange(0, ALL, false, PLACE_CPU, 0, false);
+    expect_settled(FIT_PARTIAL, "laya runs on the CPU, so that nothing rotates; each fits "
+                                "alone, but together they need more");
+    cr_expect_str_eq(f.res.alternative, "");
     /* asked for: co-resident, and the reason still says where laya runs */
-    fit_said(FIT_CO_RESIDENT, fm, fr, &res);
+    fit_said(FIT_CO_RESIDENT);
     f.pm[1].want = PLACE_WANT_CPU;
-    verdict_settle(fm, fr, 2, f.pm, &f.gpu, r, &res);
-    cr_expect_eq(res.verdict, FIT_CO_RESIDENT);
-    cr_expect_str_eq(res.reason, "laya runs on the CPU (as asked), and every model stays "
-                                 "resident; each fits alone, but together they need more");
-    free(r);
+    expect_settled(FIT_CO_RESIDENT, "laya runs on the CPU (as asked), and every model stays "
+                                    "resident; each fits alone, but together they need more");
 }
 
 Test(verdict, fit_keeps_its_words_where_it_agrees) {
-    struct fit_model fm[2];
-    struct fit_model_result fr[2];
-    struct fit_result res;
-    fit_said(FIT_ROTATE, fm, fr, &res);
+    fit_said(FIT_ROTATE);
     /* fit's models in the other order: matched by their plan_model */
-    struct fit_model swapped_fm[2] = {fm[1], fm[0]};
-    struct fit_model_result swapped_fr[2] = {fr[1], fr[0]};
-    swapped_fr[0].ngl = 3; /* laya */
-    struct place_result *r = calloc(1, sizeof *r);
-    r->best = arrange(0, ALL, true, 0, 3, true);
-    verdict_settle(swapped_fm, swapped_fr, 2, f.pm, &f.gpu, r, &res);
-    cr_expect_eq(res.verdict, FIT_ROTATE);
-    cr_expect_str_eq(res.reason, "each fits alone, but together they need more");
-    cr_expect_str_eq(res.alternative, "co-resident if laya keeps 3 of 5");
+    struct fit_model fm = f.fm[0];
+    struct fit_model_result fr = f.fr[0];
+    f.fm[0] = f.fm[1], f.fr[0] = f.fr[1];
+    f.fm[1] = fm, f.fr[1] = fr;
+    f.fr[0].ngl = 3; /* laya */
+    f.placed->best = arrange(0, ALL, true, 0, 3, true);
+    expect_settled(FIT_ROTATE, "each fits alone, but together they need more");
+    cr_expect_str_eq(f.res.alternative, "co-resident if laya keeps 3 of 5");
     /* the same word about another arrangement: the placement's words */
-    r->best = arrange(0, ALL, true, 0, ALL, true);
-    verdict_settle(swapped_fm, swapped_fr, 2, f.pm, &f.gpu, r, &res);
-    cr_expect_eq(res.verdict, FIT_ROTATE);
-    cr_expect_str_eq(res.reason, "kev rotates on gpu:0, laya rotates on gpu:0; each fits alone, "
-                                 "but together they need more");
-    free(r);
+    f.placed->best = arrange(0, ALL, true, 0, ALL, true);
+    expect_settled(FIT_ROTATE, "kev rotates on gpu:0, laya rotates on gpu:0; each fits "
+                               "alone, but together they need more");
 }
 
 Test(verdict, no_fit_gives_the_placements_reason) {
-    struct fit_model fm[2];
-    struct fit_model_result fr[2];
-    struct fit_result res;
-    fit_said(FIT_PARTIAL, fm, fr, &res);
-    struct place_result *r = calloc(1, sizeof *r);
-    r->best = arrange(0, ALL, false, 0, ALL, false);
-    r->best.fits = false;
-    snprintf(r->best.reason, sizeof r->best.reason, "does not fit: gpu:0 needs 7 GiB of 6 GiB");
-    verdict_settle(fm, fr, 2, f.pm, &f.gpu, r, &res);
-    cr_expect_eq(res.verdict, FIT_NO_FIT);
-    cr_expect_str_eq(res.reason, "does not fit: gpu:0 needs 7 GiB of 6 GiB; each fits alone, "
-                                 "but together they need more");
-    free(r);
+    fit_said(FIT_PARTIAL);
+    f.placed->best = arrange(0, ALL, false, 0, ALL, false);
+    f.placed->best.fits = false;
+    snprintf(f.placed->best.reason, sizeof f.placed->best.reason,
+             "does not fit: gpu:0 needs 7 GiB of 6 GiB");
+    expect_settled(FIT_NO_FIT, "does not fit: gpu:0 needs 7 GiB of 6 GiB; each fits alone, "
+                               "but together they need more");
 }

@@ -487,7 +487,8 @@ static bool retire(struct daemon *sv, struct config *cfg, struct pipeline_set *s
     struct config **c = mem_realloc(sv->retired, (sv->n_retired + 1) * sizeof *c);
     if (c)
         sv->retired = c;
-    struct pipeline_set **p = c ? mem_realloc(sv->retired_sets, (sv->n_retired + 1) * sizeof *p) : NULL;
+    struct pipeline_set **p =
+        c ? mem_realloc(sv->retired_sets, (sv->n_retired + 1) * sizeof *p) : NULL;
     if (!p)
         return false;
     sv->retired_sets = p;

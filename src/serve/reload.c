@@ -15,16 +15,21 @@ static bool same_string(const char *a, const char *b) {
     return a == b || (a && b && !strcmp(a, b));
 }
 
+/* Whether a[n] and b[n] hold the same strings in the same order. */
+static bool same_strings(char *const *a, char *const *b, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (strcmp(a[k], b[k]))
+            return false;
+    return true;
+}
+
 static bool same_upstream(const struct config_upstream *a, const struct config_upstream *b) {
     if (!a || !b)
         return a == b;
     if (a->n_urls != b->n_urls || a->dialect != b->dialect || a->timeout_ms != b->timeout_ms ||
         !same_string(a->api_key, b->api_key) || !same_string(a->health, b->health))
         return false;
-    for (size_t k = 0; k < a->n_urls; k++)
-        if (strcmp(a->urls[k], b->urls[k]))
-            return false;
-    return true;
+    return same_strings(a->urls, b->urls, a->n_urls);
 }
 
 bool reload_model_same(const struct config_model *x, const struct config_model *y) {
@@ -35,13 +40,8 @@ bool reload_model_same(const struct config_model *x, const struct config_model *
         x->pin != y->pin || x->keep_alive_ms != y->keep_alive_ms || x->device != y->device ||
         x->gpu != y->gpu)
         return false;
-    for (size_t k = 0; k < x->n_extra_args; k++)
-        if (strcmp(x->extra_args[k], y->extra_args[k]))
-            return false;
-    for (size_t k = 0; k < x->n_aliases; k++)
-        if (strcmp(x->aliases[k], y->aliases[k]))
-            return false;
-    return true;
+    return same_strings(x->extra_args, y->extra_args, x->n_extra_args) &&
+           same_strings(x->aliases, y->aliases, x->n_aliases);
 }
 
 bool reload_models_same(const struct config *a, const struct config *b) {
