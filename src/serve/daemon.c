@@ -10,12 +10,12 @@
  * server (http), the event stream (events), the metrics (prom). Then one
  * libevent loop runs them all until a signal.
  *
- * The drain (SIGTERM or SIGINT), state by state, with the function behind
- * each transition:
+ * The drain (SIGTERM or SIGINT) is the state machine of drain.h; the
+ * daemon carries out its actions:
  *
  *   SERVING --signal--> DELAYING --drain delay over--> STOPPING --engines stopped--> exit
- *              on_stop_signal          on_drain_delay         on_drained (loop exit
- *                                      (stop_admitting)                   after EXIT_FLUSH_MS)
+ *          on_stop_signal          on_drain_delay               on_drained (the loop
+ *                                  (stop_admitting)             exits EXIT_FLUSH_MS later)
  *   DELAYING: /health says 503 at once while requests are still admitted
  *             for limits.drain_delay (gateways take the node out first);
  *             a delay of 0 goes straight to STOPPING.
@@ -55,6 +55,7 @@
 #include "serve/audit.h"
 #include "base/cache.h"
 #include "serve/config.h"
+#include "serve/drain.h"
 #include "engine/engine.h"
 #include "plan/fit.h"
 #include "base/hash.h"
@@ -110,7 +111,7 @@ struct daemon {
     struct remote *remote;           /* remote models' upstreams (NULL without any) */
     struct event *sig_term, *sig_int, *sig_hup, *ready_ev, *grace_ev, *delay_ev;
     struct event *audit_ev; /* every second: retry the audit lines waiting for the disk */
-    bool draining;
+    enum drain_state drain;
     struct sched_model_spec *specs; /* the local models' scheduler specs, for daemon_run */
 };
 
@@ -449,36 +450,35 @@ static void stop_admitting(struct daemon *sv) {
 
 static void on_drain_delay(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
-    stop_admitting(arg);
+    struct daemon *sv = arg;
+    if (drain_next(&sv->drain, DRAIN_EVENT_DELAY_OVER, 0) & DRAIN_ACTION_STOP_ADMITTING)
+        stop_admitting(sv);
 }
 
-/* SIGTERM/SIGINT: /health turns 503 at once, so gateways take the node out,
- * while requests are still admitted for limits.drain_delay; then
- * stop_admitting. A second signal ends everything now. */
+/* SIGTERM/SIGINT: the drain's next step (drain.h), carried out. */
 static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
     (void)what;
     struct daemon *sv = arg;
-    if (sv->draining) {
-        fprintf(stderr, "tandem serve: %s again: stopping now\n", strsignal((int)sig));
-        if (evtimer_pending(sv->delay_ev, NULL)) {
-            evtimer_del(sv->delay_ev);
-            stop_admitting(sv);
-        }
-        sched_shutdown_now(sv->sched);
-        return;
-    }
-    sv->draining = true;
-    notify("STOPPING=1");
     int64_t delay = sv->drain_delay_flag >= 0 ? sv->drain_delay_flag : sv->cfg->drain_delay_ms;
-    fprintf(stderr, "tandem serve: %s: draining: /health answers 503; still admitting for %lld ms "
-            "(limits.drain_delay)\n", strsignal((int)sig), (long long)delay);
-    api_set_phase(sv->api, API_DRAINING);
-    if (delay <= 0) {
-        stop_admitting(sv);
-        return;
+    unsigned act = drain_next(&sv->drain, DRAIN_EVENT_SIGNAL, delay);
+    if (act & DRAIN_ACTION_ANNOUNCE) {
+        notify("STOPPING=1");
+        fprintf(stderr, "tandem serve: %s: draining: /health answers 503; still admitting for "
+                "%lld ms (limits.drain_delay)\n", strsignal((int)sig), (long long)delay);
+        api_set_phase(sv->api, API_DRAINING);
+    } else {
+        fprintf(stderr, "tandem serve: %s again: stopping now\n", strsignal((int)sig));
     }
-    struct timeval tv = {(time_t)(delay / 1000), (suseconds_t)(delay % 1000) * 1000};
-    evtimer_add(sv->delay_ev, &tv);
+    if (act & DRAIN_ACTION_CANCEL_DELAY)
+        evtimer_del(sv->delay_ev);
+    if (act & DRAIN_ACTION_ARM_DELAY) {
+        struct timeval tv = {(time_t)(delay / 1000), (suseconds_t)(delay % 1000) * 1000};
+        evtimer_add(sv->delay_ev, &tv);
+    }
+    if (act & DRAIN_ACTION_STOP_ADMITTING)
+        stop_admitting(sv);
+    if (act & DRAIN_ACTION_END_NOW)
+        sched_shutdown_now(sv->sched);
 }
 
 /* Keeps a replaced config and pipeline set until exit: pipeline runs in
@@ -556,7 +556,7 @@ static void on_ready_poll(evutil_socket_t fd, short what, void *arg) {
             return;
         }
     }
-    if (sv->draining)
+    if (sv->drain != DRAIN_STATE_SERVING)
         return;
     api_set_phase(sv->api, API_SERVING);
     bool v6 = strchr(sv->cfg->listen_host, ':') != NULL;
