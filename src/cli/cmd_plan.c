@@ -4,7 +4,9 @@
  * the footprint cache), fits them to the budget, and prints a budget table or
  * the stable JSON of docs/planner.md. The JSON object is built first; the
  * table is rendered from it, so the two cannot disagree. Nothing but GGUF
- * headers is read. Models are listed highest priority first. */
+ * headers is read. Models are listed highest priority first. The verdict is
+ * the chosen placement's (plan/verdict.c), so that it and the placement
+ * printed below it are one answer. */
 #include "cli/cmd_plan.h"
 
 #include <getopt.h>
