@@ -4,7 +4,9 @@
  * the footprint cache), fits them to the budget, and prints a budget table or
  * the stable JSON of docs/planner.md. The JSON object is built first; the
  * table is rendered from it, so the two cannot disagree. Nothing but GGUF
- * headers is read. Models are listed highest priority first. */
+ * headers is read. Models are listed highest priority first. The verdict is
+ * the chosen placement's (plan/verdict.c), so that it and the placement
+ * printed below it are one answer. */
 #include "cli/cmd_plan.h"
 
 #include <getopt.h>
@@ -21,6 +23,7 @@
 #include "gguf/ggml_types.h"
 #include "plan/plan.h"
 #include "plan/plan_cli.h"
+#include "plan/verdict.h"
 #include "base/host.h"
 #include "base/mem.h"
 #include "base/units.h"
@@ -606,6 +609,7 @@ int cmd_plan_main(int argc, char **argv, const char *llama_server) {
     }
     if ((rc = place(cfg, fm, n, &o, &pf, &budget, use_measured, &pl)) != 0)
         goto done;
+    verdict_settle(fm, r, n, pl.models, &pl.budget, pl.result, &res);
     rc = 1;
     json_t *j = result_json(fm, n, &budget, total, source, r, &res);
     if (j)

@@ -116,13 +116,17 @@ static uint32_t max_ctx(struct ctx *c, size_t i, uint64_t cap) {
     return lo * 256;
 }
 
-/* The class by the share of layers (the output layer included) on the GPU. */
-static enum fit_slowdown slowdown_of(const struct fit_model *m, const struct plan_footprint *f) {
-    double share = (double)(f->ngl > 0 ? f->ngl : 0) / (double)all_layers(m);
+enum fit_slowdown fit_slowdown_of(int32_t ngl, int32_t layers) {
+    double share = (double)(ngl > 0 ? ngl : 0) / (double)(layers > 0 ? layers : 1);
     return share >= 1.0   ? FIT_SLOWDOWN_NONE
            : share >= 0.9 ? FIT_SLOWDOWN_MILD
            : share >= 0.5 ? FIT_SLOWDOWN_HEAVY
                           : FIT_SLOWDOWN_SEVERE;
+}
+
+/* The class by the share of layers (the output layer included) on the GPU. */
+static enum fit_slowdown slowdown_of(const struct fit_model *m, const struct plan_footprint *f) {
+    return fit_slowdown_of(f->ngl, all_layers(m));
 }
 
 static uint64_t others(const struct fit_model_result *r, size_t n, size_t skip,

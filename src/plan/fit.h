@@ -70,6 +70,10 @@ struct fit_result {
 const char *fit_verdict_name(enum fit_verdict v);
 const char *fit_slowdown_name(enum fit_slowdown s);
 
+/* The slowdown class of a model with ngl of its layers (the output layer
+ * included) on the GPU. */
+enum fit_slowdown fit_slowdown_of(int32_t ngl, int32_t layers);
+
 /* Decides the fit of models[n] (highest priority first) on budget, filling
  * results[n] and *out (outputs). fn computes footprints (user passed
  * through). Returns the first error fn returns, else TANDEM_OK. */

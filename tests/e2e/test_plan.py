@@ -37,13 +37,26 @@ def six_gib(tandem_bin, *models, ctx=8192):
 
 
 def test_7b_and_3b_rotate_on_6gib(tandem_bin):
-    j = six_gib(tandem_bin, fixture_path("dense-7b-shape.gguf"), fixture_path("dense-3b-shape.gguf"))
+    """They rotate where long prompts from many clients make the CPU dearer than a load."""
+    pair = (fixture_path("dense-7b-shape.gguf"), fixture_path("dense-3b-shape.gguf"))
+    j = plan_json(tandem_bin, *pair, "--vram", "6GiB", "--reserve", "512MiB", "--ctx", 8192,
+                  "--no-measured", "--request-tokens", 8192, "--clients", 16)
     assert j["verdict"] == "rotate", j["reason"]
+    assert all(m["rotates"] for m in j["placement"]["chosen"]["models"])
     assert all(m["fits_alone"] for m in j["models"])
     assert j["need"]["gpu"] > j["budget"]["usable"] == 6 * GIB - 512 * MIB
     assert j["headroom"] < 0
     # the per-process overhead is counted once per model
     assert all(m["gpu"]["overhead"] > 0 for m in j["models"])
+
+
+def test_7b_and_3b_without_rotation_are_partial(tandem_bin):
+    """One request at a time, the 3B answers sooner on the CPU than after a load."""
+    j = six_gib(tandem_bin, fixture_path("dense-7b-shape.gguf"), fixture_path("dense-3b-shape.gguf"))
+    assert j["verdict"] == "partial", j["reason"]
+    assert "dense-3b-shape.gguf runs on the CPU, so that nothing rotates" in j["reason"]
+    assert "together they need" in j["reason"]  # why it had to give something up
+    assert "(rotates)" in j["alternative"]
 
 
 def test_kev4b_and_laya_co_resident_with_8k_context(tandem_bin):
@@ -196,3 +209,58 @@ models:
     done = plan(tandem_bin, "--config", cfg, check=False)
     assert done.returncode == 1
     assert f"{cfg}:3: models.kev.ctx: expected an integer, got \"8k\"" in done.stderr, done.stderr
+
+
+def chosen_verdict(j):
+    """The verdict that the chosen placement stands for (docs/planner.md, Verdicts)."""
+    chosen = j["placement"]["chosen"]
+    if not chosen["fits"]:
+        return "does not fit"
+    if any(m["rotates"] for m in chosen["models"]):
+        return "rotate"
+    if any(m["device"] == "cpu" or m["ngl"] < m["layers"] for m in chosen["models"]):
+        return "partial"
+    return "co-resident"
+
+
+@pytest.mark.parametrize("models, ctx", [
+    (("kev-9b-iq3m-shape.gguf", "laya-shape.gguf"), 4096),
+    (("kev-9b-iq3m-shape.gguf", "laya-shape.gguf"), 8192),
+    (("kev-9b-shape.gguf", "laya-shape.gguf"), 4096),
+    (("kev-9b-shape.gguf", "laya-shape.gguf"), 8192),
+    (("kev-4b-shape.gguf", "laya-shape.gguf"), 8192),
+    (("dense-7b-shape.gguf", "dense-3b-shape.gguf"), 8192),
+    (("kev-9b-shape.gguf",), 8192),
+])
+def test_one_verdict_with_the_placement(tandem_bin, models, ctx):
+    """The verdict line and the JSON verdict are the placement's answer, in the table too."""
+    args = [*map(fixture_path, models), "--vram", "6GiB", "--reserve", "512MiB", "--ctx", ctx,
+            "--no-measured"]
+    j = plan_json(tandem_bin, *args)
+    assert j["verdict"] == chosen_verdict(j), (j["reason"], j["placement"]["chosen"]["label"])
+    lines = plan(tandem_bin, *args).stdout.splitlines()
+    assert f"verdict: {j['verdict']}: {j['reason']}" in lines
+    assert f"chosen: {j['placement']['chosen']['label']}" in lines
+
+
+def test_kev9b_iq3m_and_laya_at_4k_is_partial_as_placed(tandem_bin):
+    """Kev-9B IQ3_M + Laya on 6 GiB at ctx 4096, nothing measured: the placement cuts Laya to
+    the layers that fit beside Kev, so nothing rotates; the verdict says so, not `rotate`."""
+    args = [fixture_path("kev-9b-iq3m-shape.gguf"), fixture_path("laya-shape.gguf"), "--vram",
+            "6GiB", "--reserve", "512MiB", "--ctx", 4096, "--no-measured"]
+    j = plan_json(tandem_bin, *args)
+    kev, laya = j["placement"]["chosen"]["models"]
+    assert not kev["rotates"] and not laya["rotates"]
+    assert kev["device"] == laya["device"] == "gpu:0" and kev["ngl"] == kev["layers"]
+    assert 0 < laya["ngl"] < laya["layers"]
+    assert j["verdict"] == "partial"
+    assert (f"laya-shape.gguf keeps {laya['ngl']} of {laya['layers']} layers on gpu:0"
+            in j["reason"]), j["reason"]
+    assert "nothing rotates" in j["reason"]
+    # the alternative is the runner-up, and it is not the arrangement chosen
+    assert j["alternative"].startswith(j["placement"]["rejected"][0]["label"] + ": slower")
+    out = plan(tandem_bin, *args).stdout
+    verdict = next(line for line in out.splitlines() if line.startswith("verdict:"))
+    assert verdict.startswith("verdict: partial: laya-shape.gguf keeps"), verdict
+    # the memory table above is unchanged: every model at its requested settings
+    assert j["headroom"] < 0 and all(m["fits_alone"] for m in j["models"])
