@@ -121,7 +121,7 @@ endef
 
 # A test helper, not part of the unit runner: prints a prom registry for the
 # official Python parser (tests/e2e/test_prom_format.py).
-$(BUILD)/tests/prom_dump: $(BUILD)/tests/prom_dump.o $(BUILD)/obj/serve/prom.o $(BUILD)/obj/base/mem.o $(BUILD)/obj/base/err.o
+$(BUILD)/tests/prom_dump: $(BUILD)/tests/prom_dump.o $(BUILD)/obj/serve/prom.o $(BUILD)/obj/base/mem.o $(BUILD)/obj/base/err.o $(BUILD)/obj/base/utf8.o
 	$(CC) -o $@ $^
 
 $(eval $(call flavour,$(BUILD),))

@@ -61,3 +61,15 @@ size_t utf8_bad_line(const unsigned char *p, size_t n) {
     }
     return 0;
 }
+
+void tandem_utf8_trim(char *s, size_t len) {
+    if (!len)
+        return;
+    size_t i = len - 1;
+    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
+        i--;
+    unsigned char lead = (unsigned char)s[i];
+    size_t need = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    if (i + need > len)
+        s[i] = '\0';
+}

@@ -24,19 +24,7 @@ char *utf8_sanitize(const char *s, size_t n, size_t *len);
 size_t utf8_bad_line(const unsigned char *p, size_t n);
 
 /* Cuts the NUL-terminated s[0..len) back so that it does not end inside a
- * UTF-8 sequence (for messages truncated to fit a buffer). Inline because
- * err.c's tandem_errmsg() uses it, and err.o is linked alone into test
- * helpers (tests/prom_dump) that do not link utf8.o. */
-static inline void tandem_utf8_trim(char *s, size_t len) {
-    if (!len)
-        return;
-    size_t i = len - 1;
-    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
-        i--;
-    unsigned char lead = (unsigned char)s[i];
-    size_t need = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
-    if (i + need > len)
-        s[i] = '\0';
-}
+ * UTF-8 sequence (for messages truncated to fit a buffer). */
+void tandem_utf8_trim(char *s, size_t len);
 
 #endif

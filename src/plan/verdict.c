@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/utf8.h"
+
 static int32_t all_layers(const struct place_model *m) {
     return (int32_t)plan_model_n_layer(m->model) + 1;
 }
