@@ -8,21 +8,7 @@
 #include "eval/metrics.h"
 #include "test_hand_runs.h"
 
-/* one: choice r (a, b), gold a; two: noul n, gold true; three: choice s
- * (c, d), gold c, and score u (lo, mid, hi) without gold. */
-static const char *const LINES[] = {
-    "{\"id\": \"one\", \"state\": \"s1\", \"questions\": {\"r\": {\"type\": \"choice\","
-    " \"instructions\": \"x\", \"criteria\": {\"a\": null, \"b\": null}}},"
-    " \"gold\": {\"r\": \"a\"}}",
-    "{\"id\": \"two\", \"state\": \"s2\", \"questions\": {\"n\": {\"type\": \"noul\","
-    " \"instructions\": \"x\"}}, \"gold\": {\"n\": true}}",
-    "{\"id\": \"three\", \"state\": \"s3\", \"questions\": {\"s\": {\"type\": \"choice\","
-    " \"instructions\": \"x\", \"criteria\": {\"c\": null, \"d\": null}}, \"u\": {\"type\":"
-    " \"score\", \"instructions\": \"x\", \"criteria\": [\"lo\", \"mid\", \"hi\"]}},"
-    " \"gold\": {\"s\": \"c\"}}",
-};
-
-/* The reference: r a at 0.9, n false at 0.7, s d at 0.6, u level 2 at 0.5. */
+/* The answers to hand_lines (test_hand_runs.h). The reference: r a at 0.9, n false at 0.7, s d at 0.6, u level 2 at 0.5. */
 static const double REF1[] = {0.9, 0.1}, REF2[] = {0.3, 0.7}, REF3[] = {0.4, 0.6, 0.2, 0.3, 0.5};
 /* The candidate: r still a (0.6), n flips to true, s unchanged, u flips to level 0. */
 static const double CAND1[] = {0.6, 0.4}, CAND2[] = {0.8, 0.2}, CAND3[] = {0.4, 0.6, 0.5, 0.3, 0.2};
@@ -49,7 +35,7 @@ static void wilson(double k, double n, double *lo, double *hi) {
 }
 
 Test(drift, one_repeat_each_side) {
-    struct evalset *set = hand_set(LINES, 3);
+    struct evalset *set = hand_set(hand_lines, 3);
     const double *rp[] = {REF1, REF2, REF3}, *cp[] = {CAND1, CAND2, CAND3};
     struct eval_run *ref = hand_run(set, 1, rp), *cand = hand_run(set, 1, cp);
     struct drift_options o = drift_default_options();
@@ -111,7 +97,7 @@ Test(drift, one_repeat_each_side) {
 /* A margin above the reference's on r (0.8) and n (0.4) but not s and u
  * (0.2): only two answers are sure, and one of them flipped. */
 Test(drift, margin_decides_what_is_sure) {
-    struct evalset *set = hand_set(LINES, 3);
+    struct evalset *set = hand_set(hand_lines, 3);
     const double *rp[] = {REF1, REF2, REF3}, *cp[] = {CAND1, CAND2, CAND3};
     struct eval_run *ref = hand_run(set, 1, rp), *cand = hand_run(set, 1, cp);
     struct drift_options o = {.top = 0, .margin = 0.3};
@@ -128,7 +114,7 @@ Test(drift, margin_decides_what_is_sure) {
 }
 
 Test(drift, failed_requests_are_skipped_and_listed) {
-    struct evalset *set = hand_set(LINES, 3);
+    struct evalset *set = hand_set(hand_lines, 3);
     const double *rp[] = {REF1, REF2, REF3}, *cp[] = {CAND1, CAND2, NULL};
     struct eval_run *ref = hand_run(set, 1, rp), *cand = hand_run(set, 1, cp);
     struct drift_options o = drift_default_options();
@@ -157,7 +143,7 @@ Test(drift, failed_requests_are_skipped_and_listed) {
  * most: unstable), n in all three. The reference's two identical repeats
  * measure no noise. */
 Test(drift, repeats_flip_by_majority) {
-    struct evalset *set = hand_set(LINES, 2);
+    struct evalset *set = hand_set(hand_lines, 2);
     static const double r_flip[] = {0.3, 0.7};
     const double *rp[] = {REF1, REF2, REF1, REF2};
     const double *cp[] = {CAND1, CAND2, r_flip, CAND2, CAND1, CAND2};

@@ -6,6 +6,18 @@
 
 #include "base/mem.h"
 
+const char *const hand_lines[3] = {
+    "{\"id\": \"one\", \"state\": \"s1\", \"questions\": {\"r\": {\"type\": \"choice\","
+    " \"instructions\": \"x\", \"criteria\": {\"a\": null, \"b\": null}}},"
+    " \"gold\": {\"r\": \"a\"}}",
+    "{\"id\": \"two\", \"state\": \"s2\", \"questions\": {\"n\": {\"type\": \"noul\","
+    " \"instructions\": \"x\"}}, \"gold\": {\"n\": true}}",
+    "{\"id\": \"three\", \"state\": \"s3\", \"questions\": {\"s\": {\"type\": \"choice\","
+    " \"instructions\": \"x\", \"criteria\": {\"c\": null, \"d\": null}}, \"u\": {\"type\":"
+    " \"score\", \"instructions\": \"x\", \"criteria\": [\"lo\", \"mid\", \"hi\"]}},"
+    " \"gold\": {\"s\": \"c\"}}",
+};
+
 struct evalset *hand_set(const char *const *lines, size_t n) {
     struct evalset *set = mem_calloc(1, sizeof *set);
     cr_assert(set);

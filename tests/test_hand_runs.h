@@ -8,6 +8,10 @@
 #include "eval/eval.h"
 #include "eval/evalset.h"
 
+/* Three cases: "one", choice r (a, b), gold a; "two", noul n, gold true;
+ * "three", choice s (c, d), gold c, then score u (lo, mid, hi) without gold. */
+extern const char *const hand_lines[3];
+
 /* A set of the n dataset lines (docs/eval-format.md), path "hand.jsonl",
  * its questions and gold questions counted. Fails the test on a bad line.
  * Release with evalset_free(). */

@@ -7,21 +7,8 @@
 #include "eval/summary.h"
 #include "test_hand_runs.h"
 
-/* one: choice r (a, b), gold a; two: noul n, gold true; three: choice s
- * (c, d), gold c, and score u (lo, mid, hi) without gold. */
-static const char *const LINES[] = {
-    "{\"id\": \"one\", \"state\": \"s1\", \"questions\": {\"r\": {\"type\": \"choice\","
-    " \"instructions\": \"x\", \"criteria\": {\"a\": null, \"b\": null}}},"
-    " \"gold\": {\"r\": \"a\"}}",
-    "{\"id\": \"two\", \"state\": \"s2\", \"questions\": {\"n\": {\"type\": \"noul\","
-    " \"instructions\": \"x\"}}, \"gold\": {\"n\": true}}",
-    "{\"id\": \"three\", \"state\": \"s3\", \"questions\": {\"s\": {\"type\": \"choice\","
-    " \"instructions\": \"x\", \"criteria\": {\"c\": null, \"d\": null}}, \"u\": {\"type\":"
-    " \"score\", \"instructions\": \"x\", \"criteria\": [\"lo\", \"mid\", \"hi\"]}},"
-    " \"gold\": {\"s\": \"c\"}}",
-};
-
-/* r right at 0.9; n answers false at 0.7 (wrong); s answers d at 0.55 (wrong). */
+/* The answers to hand_lines (test_hand_runs.h): r right at 0.9; n answers
+ * false at 0.7 (wrong); s answers d at 0.55 (wrong). */
 static const double ONE[] = {0.9, 0.1}, TWO[] = {0.3, 0.7}, THREE[] = {0.45, 0.55, 0.2, 0.3, 0.5};
 
 static struct summary_scoring scoring(unsigned bootstrap) {
@@ -38,7 +25,7 @@ static const json_t *group(const json_t *s, const char *name) {
 }
 
 Test(summary, scores_of_one_repeat) {
-    struct evalset *set = hand_set(LINES, 3);
+    struct evalset *set = hand_set(hand_lines, 3);
     const double *p[] = {ONE, TWO, THREE};
     struct eval_run *run = hand_run(set, 1, p);
     struct summary_scoring sc = scoring(0);
@@ -108,7 +95,7 @@ Test(summary, scores_of_one_repeat) {
 /* Repeat 2: r moves to 0.6 (still a), n flips to true at 0.8, and case
  * three's second request fails. */
 Test(summary, repeats_measure_stability_and_list_failures) {
-    struct evalset *set = hand_set(LINES, 3);
+    struct evalset *set = hand_set(hand_lines, 3);
     static const double one2[] = {0.6, 0.4}, two2[] = {0.8, 0.2};
     const double *p[] = {ONE, TWO, THREE, one2, two2, NULL};
     struct eval_run *run = hand_run(set, 2, p);
@@ -153,7 +140,7 @@ Test(summary, repeats_measure_stability_and_list_failures) {
 }
 
 Test(summary, bootstrap_intervals_are_seeded) {
-    struct evalset *set = hand_set(LINES, 3);
+    struct evalset *set = hand_set(hand_lines, 3);
     const double *p[] = {ONE, TWO, THREE};
     struct eval_run *run = hand_run(set, 1, p);
     struct summary_scoring sc = scoring(200);
@@ -174,7 +161,7 @@ Test(summary, bootstrap_intervals_are_seeded) {
 }
 
 Test(summary, values_as_json) {
-    struct evalset *set = hand_set(LINES, 3);
+    struct evalset *set = hand_set(hand_lines, 3);
     const struct evalset_question *r = &set->cases[0].q[0], *n = &set->cases[1].q[0];
     json_t *v = summary_answer_json(r, 1);
     cr_expect_str_eq(json_string_value(v), "b");

@@ -36,13 +36,15 @@ static struct evalset *noul_set(const bool *q_gold, const bool *u_gold) {
     return hand_set(lines, N_CASES);
 }
 
-/* A run whose case i answered P(true) q[i] and u[i]. */
-static struct eval_run *noul_run(const struct evalset *set, const double *q, const double *u) {
+/* A run whose case i answered P(true) q[i] and u[i], but whose first
+ * `failed` requests failed. */
+static struct eval_run *noul_run(const struct evalset *set, const double *q, const double *u,
+                                 int failed) {
     static double p[N_CASES][4];
     const double *rows[N_CASES];
     for (int i = 0; i < N_CASES; i++) {
         p[i][0] = q[i], p[i][1] = 1 - q[i], p[i][2] = u[i], p[i][3] = 1 - u[i];
-        rows[i] = p[i];
+        rows[i] = i < failed ? NULL : p[i];
     }
     return hand_run(set, 1, rows);
 }
@@ -66,7 +68,7 @@ Test(thresholds, largest_cut_at_the_target_and_its_written_value) {
     bool qg[N_CASES], ug[N_CASES];
     hand_scores(q, qg, u, ug);
     struct evalset *set = noul_set(qg, ug);
-    struct eval_run *run = noul_run(set, q, u);
+    struct eval_run *run = noul_run(set, q, u, 0);
     struct thresholds_params p = thresholds_default_params();
     cr_expect_float_eq(p.target_precision, 0.95, 1e-15);
     p.target_precision = 0.9;
@@ -120,7 +122,7 @@ Test(thresholds, a_below_threshold_accepts_from_below) {
         qg[i] = !qg[i];
     }
     struct evalset *set = noul_set(qg, ug);
-    struct eval_run *run = noul_run(set, q, u);
+    struct eval_run *run = noul_run(set, q, u, 0);
     static const char *const below[] = {"q"};
     struct thresholds_params p = {.target_precision = 0.9, .below = below, .n_below = 1};
     char err[512] = "";
@@ -192,13 +194,7 @@ Test(thresholds, too_few_cases_are_counted_before_and_after_the_run) {
               "%s", err);
 
     /* two failed requests leave 28 answers, one fewer than 29 */
-    double p[N_CASES][4];
-    const double *rows[N_CASES];
-    for (int i = 0; i < N_CASES; i++) {
-        p[i][0] = q[i], p[i][1] = 1 - q[i], p[i][2] = u[i], p[i][3] = 1 - u[i];
-        rows[i] = i < 2 ? NULL : p[i];
-    }
-    struct eval_run *run = hand_run(set, 1, rows);
+    struct eval_run *run = noul_run(set, q, u, 2);
     struct thresholds_params tp = {.target_precision = 0.9};
     cr_expect(!thresholds_suggest(run, &tp, err, sizeof err));
     cr_expect(strstr(err, "q: 28 answered cases"), "%s", err);
