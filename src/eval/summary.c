@@ -178,133 +178,177 @@ static json_t *top_counts(const struct eval_run *run, size_t c, size_t q) {
     return o;
 }
 
-json_t *summary_build(const struct eval_run *run, const char *model,
-                           const struct summary_scoring *sc, unsigned concurrency) {
-    const struct evalset *set = run->set;
-    double low = sc->low;
-    struct answers as = {mem_alloc_array(set->n_gold ? (size_t)set->n_gold * run->repeat : 1,
-                                         sizeof *as.a), 0};
-    if (!as.a)
-        return NULL;
+/* What one pass over the run gathers: the metric groups, the scored answers
+ * of selective prediction, the stability tallies and the JSON lists. */
+struct pass {
+    const struct eval_run *run;
+    double low;                                   /* the low-confidence threshold */
     struct metrics_summary groups[SUMMARY_N_GROUPS];
-    for (size_t g = 0; g < SUMMARY_N_GROUPS; g++)
-        metrics_summary_init(&groups[g]);
-    json_t *results = json_array(), *unstable = json_array(), *errors = json_array();
-    double max_dp = 0;
-    size_t q_flipped = 0, flips = 0, q_identical = 0, q_measured = 0, answered_cases = 0;
-    int any_difference = 0;
-    for (size_t c = 0; c < set->n_cases; c++) {
-        const struct evalset_case *cs = &set->cases[c];
-        unsigned ok_repeats = 0;
-        for (unsigned r = 0; r < run->repeat; r++)
-            ok_repeats += eval_run_answer(run, c, r)->status == TANDEM_OK;
-        answered_cases += ok_repeats > 0;
-        for (size_t q = 0; q < cs->n_questions; q++) {
-            const struct evalset_question *qq = &cs->q[q];
-            size_t grp = 1 + (size_t)qq->type;
-            for (unsigned r = 0; qq->has_gold && r < run->repeat; r++) {
-                const double *p = eval_run_dist(run, c, r, q);
-                if (!p)
-                    continue;
-                bool is_score = qq->type == EVALSET_TYPE_SCORE;
-                metrics_summary_add(&groups[0], p, qq->target, qq->n_options, qq->gold,
-                                    is_score, low);
-                metrics_summary_add(&groups[grp], p, qq->target, qq->n_options, qq->gold,
-                                    is_score, low);
-                answers_add(&as, p, qq->n_options, qq->gold);
-            }
-            struct stab st = stability_of(run, c, q);
-            if (st.ok > 1) {
-                q_measured++;
-                q_identical += st.identical;
-                any_difference |= !st.identical;
-            }
-            if (st.max_dp > max_dp)
-                max_dp = st.max_dp;
-            flips += st.flips;
-            q_flipped += st.flips > 0;
-            json_t *item = json_pack("{s:s,s:s,s:s}", "case", cs->id, "question", qq->id, "type",
-                                     evalset_type_name(qq->type));
-            json_object_set_new(item, "gold",
-                                qq->has_gold ? summary_answer_json(qq, qq->gold) : json_null());
-            const double *p = st.ok ? eval_run_dist(run, c, st.first_r, q) : NULL;
-            if (p) {
-                json_object_set_new(item, "answer", summary_answer_json(qq, st.first_top));
-                json_object_set_new(item, "p", json_real(p[st.first_top]));
-                json_object_set_new(item, "correct", qq->has_gold
-                                                         ? json_boolean(st.first_top == qq->gold)
-                                                         : json_null());
-                json_object_set_new(
-                    item, "brier",
-                    qq->has_gold
-                        ? json_real(metrics_brier(p, qq->target, qq->n_options, qq->gold))
-                        : json_null());
-            } else {
-                json_object_set_new(item, "answer", json_null());
-                json_object_set_new(item, "p", json_null());
-                json_object_set_new(item, "correct", json_null());
-                json_object_set_new(item, "brier", json_null());
-            }
-            json_object_set_new(item, "answered", json_integer(st.ok));
-            json_object_set_new(item, "max_dp", json_real(st.max_dp));
-            json_object_set_new(item, "flips", json_integer(st.flips));
-            json_array_append_new(results, item);
-            if (st.ok > 1 && !st.identical)
-                json_array_append_new(
-                    unstable, json_pack("{s:s,s:s,s:f,s:I,s:o}", "case", cs->id, "question",
-                                        qq->id, "max_dp", st.max_dp, "flips", (json_int_t)st.flips,
-                                        "answers", top_counts(run, c, q)));
-        }
-        for (unsigned r = 0; r < run->repeat; r++) {
-            const struct eval_answer *a = eval_run_answer(run, c, r);
-            if (a->status == TANDEM_OK)
-                continue;
-            json_array_append_new(
-                errors, json_pack("{s:s,s:I,s:I,s:I,s:s}", "case", cs->id, "line",
+    struct answers as;
+    json_t *results, *unstable, *errors;
+    double max_dp;
+    size_t q_flipped, flips, q_identical, q_measured, answered_cases;
+    int any_difference;
+};
+
+/* Scores every answered repeat of question q of case c, when it has gold. */
+static void score_question(struct pass *ps, size_t c, size_t q) {
+    const struct evalset_question *qq = &ps->run->set->cases[c].q[q];
+    size_t grp = 1 + (size_t)qq->type;
+    bool is_score = qq->type == EVALSET_TYPE_SCORE;
+    for (unsigned r = 0; qq->has_gold && r < ps->run->repeat; r++) {
+        const double *p = eval_run_dist(ps->run, c, r, q);
+        if (!p)
+            continue;
+        metrics_summary_add(&ps->groups[0], p, qq->target, qq->n_options, qq->gold, is_score,
+                            ps->low);
+        metrics_summary_add(&ps->groups[grp], p, qq->target, qq->n_options, qq->gold, is_score,
+                            ps->low);
+        answers_add(&ps->as, p, qq->n_options, qq->gold);
+    }
+}
+
+/* The "results" item of question q of case c: its first answered repeat
+ * against the gold answer, and its stability st. */
+static json_t *result_json(const struct eval_run *run, size_t c, size_t q,
+                           const struct stab *st) {
+    const struct evalset_case *cs = &run->set->cases[c];
+    const struct evalset_question *qq = &cs->q[q];
+    json_t *item = json_pack("{s:s,s:s,s:s}", "case", cs->id, "question", qq->id, "type",
+                             evalset_type_name(qq->type));
+    json_object_set_new(item, "gold",
+                        qq->has_gold ? summary_answer_json(qq, qq->gold) : json_null());
+    const double *p = st->ok ? eval_run_dist(run, c, st->first_r, q) : NULL;
+    if (p) {
+        json_object_set_new(item, "answer", summary_answer_json(qq, st->first_top));
+        json_object_set_new(item, "p", json_real(p[st->first_top]));
+        json_object_set_new(item, "correct", qq->has_gold
+                                                 ? json_boolean(st->first_top == qq->gold)
+                                                 : json_null());
+        json_object_set_new(
+            item, "brier",
+            qq->has_gold ? json_real(metrics_brier(p, qq->target, qq->n_options, qq->gold))
+                         : json_null());
+    } else {
+        json_object_set_new(item, "answer", json_null());
+        json_object_set_new(item, "p", json_null());
+        json_object_set_new(item, "correct", json_null());
+        json_object_set_new(item, "brier", json_null());
+    }
+    json_object_set_new(item, "answered", json_integer(st->ok));
+    json_object_set_new(item, "max_dp", json_real(st->max_dp));
+    json_object_set_new(item, "flips", json_integer(st->flips));
+    return item;
+}
+
+/* Scores question q of case c, tallies its stability and lists its result
+ * (and, when its repeats differ, its top answers). */
+static void add_question(struct pass *ps, size_t c, size_t q) {
+    const struct evalset_case *cs = &ps->run->set->cases[c];
+    score_question(ps, c, q);
+    struct stab st = stability_of(ps->run, c, q);
+    if (st.ok > 1) {
+        ps->q_measured++;
+        ps->q_identical += st.identical;
+        ps->any_difference |= !st.identical;
+    }
+    if (st.max_dp > ps->max_dp)
+        ps->max_dp = st.max_dp;
+    ps->flips += st.flips;
+    ps->q_flipped += st.flips > 0;
+    json_array_append_new(ps->results, result_json(ps->run, c, q, &st));
+    if (st.ok > 1 && !st.identical)
+        json_array_append_new(
+            ps->unstable, json_pack("{s:s,s:s,s:f,s:I,s:o}", "case", cs->id, "question",
+                                    cs->q[q].id, "max_dp", st.max_dp, "flips",
+                                    (json_int_t)st.flips, "answers", top_counts(ps->run, c, q)));
+}
+
+/* Lists the failed requests of case c, repeat by repeat. */
+static void add_errors(struct pass *ps, size_t c) {
+    const struct evalset_case *cs = &ps->run->set->cases[c];
+    for (unsigned r = 0; r < ps->run->repeat; r++) {
+        const struct eval_answer *a = eval_run_answer(ps->run, c, r);
+        if (a->status == TANDEM_OK)
+            continue;
+        json_array_append_new(
+            ps->errors, json_pack("{s:s,s:I,s:I,s:I,s:s}", "case", cs->id, "line",
                                   (json_int_t)cs->line, "repeat", (json_int_t)r + 1,
                                   "http_status", (json_int_t)a->http_status, "error",
                                   a->error ? a->error : tandem_strerror(a->status)));
-        }
     }
-    const char *verdict = run->repeat < 2 ? "not measured"
-                          : any_difference ? "nondeterministic"
-                          : run->n_errors  ? "incomplete"
-                                           : "deterministic";
-    json_t *metrics = json_object();
-    for (size_t g = 0; metrics && g < SUMMARY_N_GROUPS; g++)
-        json_object_set_new(metrics, summary_group_names[g], group_json(&groups[g]));
+}
+
+/* The "stability" object; takes ps->unstable. */
+static json_t *stability_json(struct pass *ps) {
+    const struct eval_run *run = ps->run;
+    const char *verdict = run->repeat < 2      ? "not measured"
+                          : ps->any_difference ? "nondeterministic"
+                          : run->n_errors      ? "incomplete"
+                                               : "deterministic";
+    return json_pack("{s:I,s:s,s:I,s:I,s:f,s:I,s:I,s:o}", "repeat", (json_int_t)run->repeat,
+                     "verdict", verdict, "questions_measured", (json_int_t)ps->q_measured,
+                     "questions_identical", (json_int_t)ps->q_identical, "max_dp", ps->max_dp,
+                     "questions_with_flips", (json_int_t)ps->q_flipped, "flips",
+                     (json_int_t)ps->flips, "unstable", ps->unstable);
+}
+
+/* The summary's top-level facts: the run, the set and the request counts. */
+static json_t *facts_json(const struct pass *ps, const char *model, unsigned concurrency) {
+    const struct eval_run *run = ps->run;
+    const struct evalset *set = run->set;
     size_t total = (size_t)run->repeat * set->n_cases;
-    json_t *out = json_pack(
+    return json_pack(
         "{s:s,s:s,s:o,s:s,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:{s:I,s:I,s:I,s:I}}", "format",
         "tandem-eval/1", "endpoint", run->url, "model", model ? json_string(model) : json_null(),
         "data", set->path, "cases", (json_int_t)set->n_cases, "questions",
         (json_int_t)set->n_questions, "scored_questions", (json_int_t)set->n_gold, "repeat",
         (json_int_t)run->repeat, "concurrency", (json_int_t)concurrency,
-        "low_confidence_threshold", low, "seconds", run->seconds, "requests", "total",
+        "low_confidence_threshold", ps->low, "seconds", run->seconds, "requests", "total",
         (json_int_t)total, "ok", (json_int_t)(total - run->n_errors), "errors",
-        (json_int_t)run->n_errors, "cases_answered", (json_int_t)answered_cases);
-    if (!out || !metrics || !results || !unstable || !errors) {
-        mem_free(as.a);
+        (json_int_t)run->n_errors, "cases_answered", (json_int_t)ps->answered_cases);
+}
+
+json_t *summary_build(const struct eval_run *run, const char *model,
+                      const struct summary_scoring *sc, unsigned concurrency) {
+    const struct evalset *set = run->set;
+    struct pass ps = {.run = run, .low = sc->low};
+    ps.as.a = mem_alloc_array(set->n_gold ? (size_t)set->n_gold * run->repeat : 1,
+                              sizeof *ps.as.a);
+    if (!ps.as.a)
+        return NULL;
+    for (size_t g = 0; g < SUMMARY_N_GROUPS; g++)
+        metrics_summary_init(&ps.groups[g]);
+    ps.results = json_array(), ps.unstable = json_array(), ps.errors = json_array();
+    for (size_t c = 0; c < set->n_cases; c++) {
+        unsigned ok_repeats = 0;
+        for (unsigned r = 0; r < run->repeat; r++)
+            ok_repeats += eval_run_answer(run, c, r)->status == TANDEM_OK;
+        ps.answered_cases += ok_repeats > 0;
+        for (size_t q = 0; q < set->cases[c].n_questions; q++)
+            add_question(&ps, c, q);
+        add_errors(&ps, c);
+    }
+    json_t *metrics = json_object();
+    for (size_t g = 0; metrics && g < SUMMARY_N_GROUPS; g++)
+        json_object_set_new(metrics, summary_group_names[g], group_json(&ps.groups[g]));
+    json_t *out = facts_json(&ps, model, concurrency);
+    if (!out || !metrics || !ps.results || !ps.unstable || !ps.errors) {
+        mem_free(ps.as.a);
         json_decref(out);
         json_decref(metrics);
-        json_decref(results);
-        json_decref(unstable);
-        json_decref(errors);
+        json_decref(ps.results);
+        json_decref(ps.unstable);
+        json_decref(ps.errors);
         return NULL;
     }
     json_object_set_new(out, "metrics", metrics);
-    json_object_set_new(out, "intervals", intervals_json(&as, sc));
-    json_object_set_new(out, "selective", selective_json(&as, sc));
-    mem_free(as.a);
-    json_object_set_new(out, "reliability", reliability_json(&groups[0].calib));
-    json_object_set_new(out, "stability",
-                        json_pack("{s:I,s:s,s:I,s:I,s:f,s:I,s:I,s:o}", "repeat",
-                                  (json_int_t)run->repeat, "verdict", verdict,
-                                  "questions_measured", (json_int_t)q_measured,
-                                  "questions_identical", (json_int_t)q_identical, "max_dp",
-                                  max_dp, "questions_with_flips", (json_int_t)q_flipped,
-                                  "flips", (json_int_t)flips, "unstable", unstable));
-    json_object_set_new(out, "errors", errors);
-    json_object_set_new(out, "results", results);
+    json_object_set_new(out, "intervals", intervals_json(&ps.as, sc));
+    json_object_set_new(out, "selective", selective_json(&ps.as, sc));
+    mem_free(ps.as.a);
+    json_object_set_new(out, "reliability", reliability_json(&ps.groups[0].calib));
+    json_object_set_new(out, "stability", stability_json(&ps));
+    json_object_set_new(out, "errors", ps.errors);
+    json_object_set_new(out, "results", ps.results);
     return out;
 }
