@@ -109,10 +109,10 @@ int cli_thresholds_check_set(const struct evalset *set, struct cli_thresholds *t
     return thresholds_check_set(set, th->target_precision, err, errlen) != TANDEM_OK;
 }
 
-/* The pipeline's YAML lines, or NULL when some group has no threshold
- * (*missing names the first). New string, caller frees with mem_free(). */
+/* The pipeline's YAML lines, or NULL when some group has no threshold. New
+ * string, caller frees with mem_free(). */
 static char *yaml_snippet(const json_t *groups, const struct cli_thresholds *th,
-                          const char *data, const char **missing) {
+                          const char *data) {
     struct mem_buf b;
     mem_buf_init(&b, 1u << 20);
     char line[512];
@@ -123,11 +123,9 @@ static char *yaml_snippet(const json_t *groups, const struct cli_thresholds *th,
     size_t i;
     const json_t *g;
     bool header = false;
-    *missing = NULL;
     json_array_foreach(groups, i, g) {
         const char *q = json_string_value(json_object_get(g, "question"));
         if (strcmp(json_string_value(json_object_get(g, "status")), "ok")) {
-            *missing = q ? q : THRESHOLDS_DECIDER_KEY;
             mem_buf_deinit(&b);
             return NULL;
         }
@@ -176,9 +174,7 @@ json_t *cli_thresholds_suggest(const struct eval_run *run, const struct cli_thre
     json_t *out = thresholds_suggest(run, &p, err, errlen);
     mem_free(below);
     if (out && th->pipeline) {
-        const char *missing;
-        char *yaml = yaml_snippet(json_object_get(out, "questions"), th, run->set->path,
-                                  &missing);
+        char *yaml = yaml_snippet(json_object_get(out, "questions"), th, run->set->path);
         json_object_set_new(out, "pipeline", json_string(th->pipeline));
         json_object_set_new(out, "yaml", yaml ? json_string(yaml) : json_null());
         mem_free(yaml);
