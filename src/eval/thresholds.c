@@ -25,6 +25,8 @@
 #include "eval/metrics.h"
 #include "eval/summary.h"
 
+/* --- the groups ------------------------------------------------------------------------ */
+
 /* The answers of one threshold: a noul question, or the pooled choice
  * questions standing for the decider. */
 struct group {
