@@ -8,6 +8,7 @@
 #include "base/mem.h"
 #include "eval/metrics.h"
 #include "eval/permute.h"
+#include "test_hand_runs.h"
 
 /* --- chi-square survival function ------------------------------------------------------ */
 
@@ -160,40 +161,6 @@ static const char *const LINES[] = {
     " \"gold\": {\"s\": \"c\"}}",
 };
 
-static struct evalset *make_set(void) {
-    struct evalset *set = mem_calloc(1, sizeof *set);
-    set->path = mem_strdup("hand.jsonl");
-    set->n_cases = 3;
-    set->cases = mem_calloc(3, sizeof *set->cases);
-    for (size_t i = 0; i < 3; i++) {
-        parse(LINES[i], &set->cases[i]);
-        set->n_questions += set->cases[i].n_questions;
-    }
-    return set;
-}
-
-/* A run of set whose case c answered the doubles p[c] (NULL = the request failed). */
-static struct eval_run *make_run(const struct evalset *set, const double *const *p) {
-    struct eval_run *run = mem_calloc(1, sizeof *run);
-    run->set = set;
-    run->repeat = 1;
-    run->answers = mem_calloc(set->n_cases, sizeof *run->answers);
-    for (size_t c = 0; c < set->n_cases; c++) {
-        struct eval_answer *a = &run->answers[c];
-        size_t w = eval_case_width(&set->cases[c]);
-        if (!p[c]) {
-            a->status = TANDEM_ERR_HTTP;
-            a->http_status = 503;
-            a->error = mem_strdup("HTTP 503");
-            run->n_errors++;
-            continue;
-        }
-        a->p = mem_alloc_array(w, sizeof *a->p);
-        memcpy(a->p, p[c], w * sizeof *a->p);
-    }
-    return run;
-}
-
 static double num(const json_t *o, const char *key) {
     return json_number_value(json_object_get(o, key));
 }
@@ -205,10 +172,10 @@ static double num(const json_t *o, const char *key) {
  * 0.5 0.5 0.1 0.1, mean 1.4 / 6; chosen positions A: 2, B: 1 against 1.5
  * each: chi-square 1/3, df 1. */
 Test(permute, metrics_of_hand_made_runs) {
-    struct evalset *set = make_set();
+    struct evalset *set = hand_set(LINES, 3);
     static const double one[] = {0.7, 0.3}, two[] = {0.9, 0.1}, three[] = {0.5, 0.5, 0.2, 0.8};
     const double *orig[] = {one, two, three};
-    struct eval_run *base = make_run(set, orig);
+    struct eval_run *base = hand_run(set, 1, orig);
     struct evalset *asked_set;
     char err[256];
     cr_assert_eq(permute_set_new(set, 2, 1, &asked_set, err, sizeof err), TANDEM_OK, "%s", err);
@@ -219,7 +186,7 @@ Test(permute, metrics_of_hand_made_runs) {
     cr_expect_eq(asked_set->cases[1].q[0].gold, 1, "gold c moved to position B");
     static const double r0[] = {0.4, 0.6}, r1[] = {0.8, 0.2}, s0[] = {0.9, 0.1};
     const double *answers[] = {r0, s0, r1, NULL};
-    struct eval_run *asked = make_run(asked_set, answers);
+    struct eval_run *asked = hand_run(asked_set, 1, answers);
     json_t *pm = permute_summarize(base, asked, 2, 1);
     cr_assert(pm);
     cr_expect_eq(json_integer_value(json_object_get(pm, "choice_questions")), 2);

@@ -28,7 +28,8 @@
 #include "base/host.h"
 #include "base/mem.h"
 #include "cli/api_key.h"
-#include "cli/cmd_eval.h"
+#include "cli/cli_opts.h"
+#include "eval/summary.h"
 #include "flow/model_endpoint.h"
 #include "eval/calib.h"
 #include "eval/metrics.h"
@@ -103,16 +104,16 @@ static int parse_option(int c, struct cal_cli *o) {
     case 'K': o->key_file = optarg; return 0;
     case 'k': fprintf(stderr, "tandem calibrate: %s\n", api_key_argv_refusal()); return 2;
     case 'H':
-        return cmd_eval_parse_double("calibrate", "--holdout", optarg, 0.05, 0.95, &o->holdout);
+        return cli_parse_double("calibrate", "--holdout", optarg, 0.05, 0.95, &o->holdout);
     case 't':
-        return cmd_eval_parse_double("calibrate", "--timeout", optarg, 0.001, 86400,
+        return cli_parse_double("calibrate", "--timeout", optarg, 0.001, 86400,
                                      &o->timeout_s);
-    case 's': return cmd_eval_parse_uint("calibrate", "--seed", optarg, 0, UINT32_MAX, &o->seed);
+    case 's': return cli_parse_uint("calibrate", "--seed", optarg, 0, UINT32_MAX, &o->seed);
     case 'b':
-        return cmd_eval_parse_uint("calibrate", "--min-bucket", optarg, 1, 1000000,
+        return cli_parse_uint("calibrate", "--min-bucket", optarg, 1, 1000000,
                                    &o->min_bucket);
     case 'c':
-        return cmd_eval_parse_uint("calibrate", "--concurrency", optarg, 1,
+        return cli_parse_uint("calibrate", "--concurrency", optarg, 1,
                                    EVAL_MAX_CONCURRENCY, &o->p.concurrency);
     case 'h': usage(stdout); return -1;
     default: usage(stderr); return 2;
@@ -466,11 +467,11 @@ static json_t *group_json(const struct group *g) {
                      g->bucket < 0 ? json_null()
                                    : json_string(calib_bucket_name((size_t)g->bucket)),
                      "n_train", (json_int_t)g->n_train, "n_held", (json_int_t)g->n_held,
-                     "fitted", g->fitted, "a", cmd_eval_number(g->a), "t_old",
-                     cmd_eval_number(g->t_old), "t_new", cmd_eval_number(g->t_new), "kept",
-                     g->kept, "nll_before", cmd_eval_number(g->nll_before), "nll_after",
-                     cmd_eval_number(g->nll_after), "ece_before", cmd_eval_number(g->ece_before),
-                     "ece_after", cmd_eval_number(g->ece_after), "note",
+                     "fitted", g->fitted, "a", summary_number(g->a), "t_old",
+                     summary_number(g->t_old), "t_new", summary_number(g->t_new), "kept",
+                     g->kept, "nll_before", summary_number(g->nll_before), "nll_after",
+                     summary_number(g->nll_after), "ece_before", summary_number(g->ece_before),
+                     "ece_after", summary_number(g->ece_after), "note",
                      *g->note ? json_string(g->note) : json_null());
 }
 
@@ -666,7 +667,7 @@ static int run_set(struct cal *k) {
         return 1;
     }
     if (isatty(STDERR_FILENO)) {
-        p.progress = cmd_eval_progress;
+        p.progress = cli_progress;
         p.progress_user = "calibrate";
     }
     if (eval_run_new(k->set, &p, &k->run, err, sizeof err) != TANDEM_OK) {

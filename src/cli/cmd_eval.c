@@ -1,32 +1,29 @@
 /* cmd_eval.c: `tandem eval`, accuracy, calibration and stability of a decision model.
  *
- * The flow is load (evalset) -> run (eval) -> summarize -> render. The
- * summary is one JSON object, the documented `--json` output; the terminal
- * table and the HTML report (report.c) are both rendered from it, so the
- * three views cannot disagree. Scoring counts every successful repeat as one
- * answer; stability compares each question's repeats with exact equality of
- * the returned probabilities (the verdict "deterministic" allows no
- * difference at all). Failed requests are listed one by one and make the
- * exit status 1, after the report of what was answered. Options add sections
- * to the same summary: "permutation" (permute.c), "thresholds"
- * (cmd_eval_thresholds.c) and "compare" (an earlier summary's metrics). */
+ * The flow is load (evalset) -> run (eval) -> score (summary) -> render.
+ * The summary is one JSON object, the documented `--json` output; the
+ * terminal table and the HTML report (report.c) are both rendered from it,
+ * so the three views cannot disagree. Failed requests are listed one by one
+ * and make the exit status 1, after the report of what was answered. Options
+ * add sections to the same summary: "permutation" (permute.c), "thresholds"
+ * (cli_thresholds.c over eval/thresholds.c) and "compare" (an earlier
+ * summary's metrics). */
 #include "cli/cmd_eval.h"
 
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/host.h"
 #include "base/mem.h"
-#include "eval/metrics.h"
+#include "cli/api_key.h"
+#include "cli/cli_opts.h"
+#include "cli/cli_thresholds.h"
 #include "eval/permute.h"
 #include "eval/report.h"
-#include "cli/api_key.h"
-#include "cli/cmd_eval_thresholds.h"
+#include "eval/summary.h"
 #include "flow/model_endpoint.h"
 
 #define DEFAULT_LOW_CONFIDENCE 0.6
@@ -97,317 +94,6 @@ static void usage(FILE *f) {
             "(failures are listed per case, after the report), 2 usage error.\n",
             EVAL_MAX_REPEAT, EVAL_MAX_CONCURRENCY, DEFAULT_LOW_CONFIDENCE, MAX_BOOTSTRAP,
             MAX_PERMUTE);
-}
-
-json_t *cmd_eval_number(double x) { return isfinite(x) ? json_real(x) : json_null(); }
-
-json_t *cmd_eval_answer_json(const struct evalset_question *q, size_t i) {
-    switch (q->type) {
-    case EVALSET_TYPE_CHOICE: return json_string(q->options[i]);
-    case EVALSET_TYPE_SCORE: return json_integer((json_int_t)i);
-    case EVALSET_TYPE_NOUL: return json_boolean(i == 0);
-    }
-    return json_null();
-}
-
-void cmd_eval_progress(void *user, size_t done, size_t total, double elapsed_s) {
-    const char *label = user;
-    double rate = elapsed_s > 0 ? (double)done / elapsed_s : 0;
-    char eta[32] = "?";
-    if (rate > 0) {
-        long s = (long)((double)(total - done) / rate + 0.5);
-        snprintf(eta, sizeof eta, "%ld:%02ld", s / 60, s % 60);
-    }
-    fprintf(stderr, "\r\033[K%s: %zu/%zu requests, %.1f/s, ETA %s", label, done, total, rate,
-            eta);
-    if (done == total)
-        fprintf(stderr, "\r\033[K");
-    fflush(stderr);
-}
-
-/* --- scoring ------------------------------------------------------------------ */
-
-static const char *const group_names[] = {"overall", "choice", "score", "noul"};
-#define N_GROUPS 4
-
-static json_t *summary_json(const struct metrics_summary *s) {
-    struct metrics_result r = metrics_summary_result(s);
-    return json_pack("{s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "n", (json_int_t)s->n, "accuracy",
-                     cmd_eval_number(r.accuracy), "brier", cmd_eval_number(r.brier), "nll",
-                     cmd_eval_number(r.nll), "ece", cmd_eval_number(r.ece), "low_confidence_rate",
-                     cmd_eval_number(r.low_conf_rate), "mean_confidence",
-                     cmd_eval_number(r.mean_conf), "mae", cmd_eval_number(r.mae));
-}
-
-static json_t *reliability_json(const struct metrics_calib *c) {
-    json_t *bins = json_array();
-    for (size_t b = 0; bins && b < METRICS_ECE_BINS; b++) {
-        double n = (double)c->n[b];
-        json_array_append_new(
-            bins, json_pack("{s:f,s:f,s:I,s:o,s:o}", "lo", (double)b / METRICS_ECE_BINS, "hi",
-                            (double)(b + 1) / METRICS_ECE_BINS, "n", (json_int_t)c->n[b],
-                            "confidence", cmd_eval_number(c->n[b] ? c->conf_sum[b] / n : NAN),
-                            "accuracy", cmd_eval_number(c->n[b] ? c->correct[b] / n : NAN)));
-    }
-    return bins;
-}
-
-/* The scored answers of the run, every repeat, as selective prediction sees
- * them: the top-answer confidence and whether it was right. */
-struct answers {
-    struct metrics_answer *a;
-    size_t n;
-};
-
-static void answers_add(struct answers *as, const double *p, size_t n, size_t gold) {
-    size_t top = metrics_top(p, n);
-    as->a[as->n++] = (struct metrics_answer){n ? p[top] : 0, top == gold};
-}
-
-static json_t *interval_json(const struct answers *as, metrics_stat_fn stat, void *arg,
-                             const struct cmd_eval_scoring *sc, struct metrics_answer *scratch,
-                             double *values) {
-    double lo, hi;
-    if (!metrics_bootstrap(as->a, as->n, stat, arg, sc->seed, sc->bootstrap, scratch, values,
-                           &lo, &hi))
-        return json_null();
-    return json_pack("[o,o]", cmd_eval_number(lo), cmd_eval_number(hi));
-}
-
-/* Bootstrap 95% intervals of accuracy, ECE and the coverage at the target
- * risk; null without --bootstrap or answers. */
-static json_t *intervals_json(const struct answers *as, const struct cmd_eval_scoring *sc) {
-    if (!sc->bootstrap || !as->n)
-        return json_null();
-    struct metrics_answer *scratch = mem_alloc_array(as->n, sizeof *scratch);
-    double *values = mem_alloc_array(sc->bootstrap, sizeof *values);
-    double risk = sc->target_risk;
-    json_t *j = NULL;
-    if (scratch && values)
-        j = json_pack("{s:I,s:I,s:o,s:o,s:o}", "resamples", (json_int_t)sc->bootstrap, "seed",
-                      (json_int_t)sc->seed, "accuracy",
-                      interval_json(as, metrics_stat_accuracy, NULL, sc, scratch, values), "ece",
-                      interval_json(as, metrics_stat_ece, NULL, sc, scratch, values),
-                      "coverage_at_target_risk",
-                      interval_json(as, metrics_stat_coverage, &risk, sc, scratch, values));
-    mem_free(scratch);
-    mem_free(values);
-    return j;
-}
-
-/* Selective prediction over every scored answer (sorted here): AURC, the
- * coverage at the target risk with its threshold, and the curve. */
-static json_t *selective_json(struct answers *as, const struct cmd_eval_scoring *sc) {
-    metrics_answers_sort(as->a, as->n);
-    size_t n_points = metrics_risk_coverage(as->a, as->n, NULL, 0);
-    struct metrics_rc_point *pts = mem_alloc_array(n_points ? n_points : 1, sizeof *pts);
-    if (!pts)
-        return NULL;
-    metrics_risk_coverage(as->a, as->n, pts, n_points);
-    json_t *curve = json_array();
-    for (size_t i = 0; curve && i < n_points; i++)
-        json_array_append_new(curve, json_pack("{s:f,s:f,s:f}", "coverage", pts[i].coverage,
-                                               "risk", pts[i].risk, "threshold",
-                                               pts[i].threshold));
-    mem_free(pts);
-    double threshold, coverage = metrics_coverage_at_risk(as->a, as->n, sc->target_risk,
-                                                          &threshold);
-    return json_pack("{s:f,s:o,s:f,s:o,s:o}", "target_risk", sc->target_risk, "aurc",
-                     cmd_eval_number(metrics_aurc(as->a, as->n)), "coverage_at_target_risk",
-                     coverage, "threshold", cmd_eval_number(threshold), "curve", curve);
-}
-
-/* Stability of one question over the run's repeats. */
-struct stab {
-    unsigned ok;        /* repeats answered */
-    double max_dp;      /* max over options of (max - min) across repeats */
-    unsigned flips;     /* answered repeats whose top answer differs from the first's */
-    int identical;      /* every answered repeat has exactly the same distribution */
-    size_t first_top;   /* top answer of the first answered repeat */
-    unsigned first_r;   /* that repeat */
-};
-
-static struct stab stability_of(const struct eval_run *run, size_t c, size_t q) {
-    struct stab st = {.identical = 1};
-    size_t n = run->set->cases[c].q[q].n_options;
-    const double *first = NULL;
-    for (unsigned r = 0; r < run->repeat; r++) {
-        const double *p = eval_run_dist(run, c, r, q);
-        if (!p)
-            continue;
-        st.ok++;
-        if (!first) {
-            first = p;
-            st.first_top = metrics_top(p, n);
-            st.first_r = r;
-            continue;
-        }
-        if (metrics_top(p, n) != st.first_top)
-            st.flips++;
-        for (size_t i = 0; i < n; i++)
-            if (p[i] != first[i])
-                st.identical = 0;
-    }
-    for (size_t i = 0; i < n && st.ok > 1; i++) {
-        double lo = INFINITY, hi = -INFINITY;
-        for (unsigned r = 0; r < run->repeat; r++) {
-            const double *p = eval_run_dist(run, c, r, q);
-            if (p) {
-                lo = p[i] < lo ? p[i] : lo;
-                hi = p[i] > hi ? p[i] : hi;
-            }
-        }
-        if (hi - lo > st.max_dp)
-            st.max_dp = hi - lo;
-    }
-    return st;
-}
-
-/* {"answer": count, ...} of the top answers over the repeats of question q. */
-static json_t *top_counts(const struct eval_run *run, size_t c, size_t q) {
-    const struct evalset_question *qq = &run->set->cases[c].q[q];
-    unsigned counts[EVALSET_MAX_CHOICE_OPTIONS] = {0};
-    for (unsigned r = 0; r < run->repeat; r++) {
-        const double *p = eval_run_dist(run, c, r, q);
-        if (p)
-            counts[metrics_top(p, qq->n_options)]++;
-    }
-    json_t *o = json_object();
-    for (size_t i = 0; o && i < qq->n_options; i++)
-        if (counts[i])
-            json_object_set_new(o, qq->options[i], json_integer(counts[i]));
-    return o;
-}
-
-json_t *cmd_eval_summarize(const struct eval_run *run, const char *model,
-                           const struct cmd_eval_scoring *sc, unsigned concurrency) {
-    const struct evalset *set = run->set;
-    double low = sc->low;
-    struct answers as = {mem_alloc_array(set->n_gold ? (size_t)set->n_gold * run->repeat : 1,
-                                         sizeof *as.a), 0};
-    if (!as.a)
-        return NULL;
-    struct metrics_summary groups[N_GROUPS];
-    for (size_t g = 0; g < N_GROUPS; g++)
-        metrics_summary_init(&groups[g]);
-    json_t *results = json_array(), *unstable = json_array(), *errors = json_array();
-    double max_dp = 0;
-    size_t q_flipped = 0, flips = 0, q_identical = 0, q_measured = 0, answered_cases = 0;
-    int any_difference = 0;
-    for (size_t c = 0; c < set->n_cases; c++) {
-        const struct evalset_case *cs = &set->cases[c];
-        unsigned ok_repeats = 0;
-        for (unsigned r = 0; r < run->repeat; r++)
-            ok_repeats += eval_run_answer(run, c, r)->status == TANDEM_OK;
-        answered_cases += ok_repeats > 0;
-        for (size_t q = 0; q < cs->n_questions; q++) {
-            const struct evalset_question *qq = &cs->q[q];
-            size_t grp = 1 + (size_t)qq->type;
-            for (unsigned r = 0; qq->has_gold && r < run->repeat; r++) {
-                const double *p = eval_run_dist(run, c, r, q);
-                if (!p)
-                    continue;
-                bool is_score = qq->type == EVALSET_TYPE_SCORE;
-                metrics_summary_add(&groups[0], p, qq->target, qq->n_options, qq->gold,
-                                    is_score, low);
-                metrics_summary_add(&groups[grp], p, qq->target, qq->n_options, qq->gold,
-                                    is_score, low);
-                answers_add(&as, p, qq->n_options, qq->gold);
-            }
-            struct stab st = stability_of(run, c, q);
-            if (st.ok > 1) {
-                q_measured++;
-                q_identical += st.identical;
-                any_difference |= !st.identical;
-            }
-            if (st.max_dp > max_dp)
-                max_dp = st.max_dp;
-            flips += st.flips;
-            q_flipped += st.flips > 0;
-            json_t *item = json_pack("{s:s,s:s,s:s}", "case", cs->id, "question", qq->id, "type",
-                                     evalset_type_name(qq->type));
-            json_object_set_new(item, "gold",
-                                qq->has_gold ? cmd_eval_answer_json(qq, qq->gold) : json_null());
-            const double *p = st.ok ? eval_run_dist(run, c, st.first_r, q) : NULL;
-            if (p) {
-                json_object_set_new(item, "answer", cmd_eval_answer_json(qq, st.first_top));
-                json_object_set_new(item, "p", json_real(p[st.first_top]));
-                json_object_set_new(item, "correct", qq->has_gold
-                                                         ? json_boolean(st.first_top == qq->gold)
-                                                         : json_null());
-                json_object_set_new(
-                    item, "brier",
-                    qq->has_gold
-                        ? json_real(metrics_brier(p, qq->target, qq->n_options, qq->gold))
-                        : json_null());
-            } else {
-                json_object_set_new(item, "answer", json_null());
-                json_object_set_new(item, "p", json_null());
-                json_object_set_new(item, "correct", json_null());
-                json_object_set_new(item, "brier", json_null());
-            }
-            json_object_set_new(item, "answered", json_integer(st.ok));
-            json_object_set_new(item, "max_dp", json_real(st.max_dp));
-            json_object_set_new(item, "flips", json_integer(st.flips));
-            json_array_append_new(results, item);
-            if (st.ok > 1 && !st.identical)
-                json_array_append_new(
-                    unstable, json_pack("{s:s,s:s,s:f,s:I,s:o}", "case", cs->id, "question",
-                                        qq->id, "max_dp", st.max_dp, "flips", (json_int_t)st.flips,
-                                        "answers", top_counts(run, c, q)));
-        }
-        for (unsigned r = 0; r < run->repeat; r++) {
-            const struct eval_answer *a = eval_run_answer(run, c, r);
-            if (a->status == TANDEM_OK)
-                continue;
-            json_array_append_new(
-                errors, json_pack("{s:s,s:I,s:I,s:I,s:s}", "case", cs->id, "line",
-                                  (json_int_t)cs->line, "repeat", (json_int_t)r + 1,
-                                  "http_status", (json_int_t)a->http_status, "error",
-                                  a->error ? a->error : tandem_strerror(a->status)));
-        }
-    }
-    const char *verdict = run->repeat < 2 ? "not measured"
-                          : any_difference ? "nondeterministic"
-                          : run->n_errors  ? "incomplete"
-                                           : "deterministic";
-    json_t *metrics = json_object();
-    for (size_t g = 0; metrics && g < N_GROUPS; g++)
-        json_object_set_new(metrics, group_names[g], summary_json(&groups[g]));
-    size_t total = (size_t)run->repeat * set->n_cases;
-    json_t *out = json_pack(
-        "{s:s,s:s,s:o,s:s,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:{s:I,s:I,s:I,s:I}}", "format",
-        "tandem-eval/1", "endpoint", run->url, "model", model ? json_string(model) : json_null(),
-        "data", set->path, "cases", (json_int_t)set->n_cases, "questions",
-        (json_int_t)set->n_questions, "scored_questions", (json_int_t)set->n_gold, "repeat",
-        (json_int_t)run->repeat, "concurrency", (json_int_t)concurrency,
-        "low_confidence_threshold", low, "seconds", run->seconds, "requests", "total",
-        (json_int_t)total, "ok", (json_int_t)(total - run->n_errors), "errors",
-        (json_int_t)run->n_errors, "cases_answered", (json_int_t)answered_cases);
-    if (!out || !metrics || !results || !unstable || !errors) {
-        mem_free(as.a);
-        json_decref(out);
-        json_decref(metrics);
-        json_decref(results);
-        json_decref(unstable);
-        json_decref(errors);
-        return NULL;
-    }
-    json_object_set_new(out, "metrics", metrics);
-    json_object_set_new(out, "intervals", intervals_json(&as, sc));
-    json_object_set_new(out, "selective", selective_json(&as, sc));
-    mem_free(as.a);
-    json_object_set_new(out, "reliability", reliability_json(&groups[0].calib));
-    json_object_set_new(out, "stability",
-                        json_pack("{s:I,s:s,s:I,s:I,s:f,s:I,s:I,s:o}", "repeat",
-                                  (json_int_t)run->repeat, "verdict", verdict,
-                                  "questions_measured", (json_int_t)q_measured,
-                                  "questions_identical", (json_int_t)q_identical, "max_dp",
-                                  max_dp, "questions_with_flips", (json_int_t)q_flipped,
-                                  "flips", (json_int_t)flips, "unstable", unstable));
-    json_object_set_new(out, "errors", errors);
-    json_object_set_new(out, "results", results);
-    return out;
 }
 
 /* --- rendering ---------------------------------------------------------------- */
@@ -505,13 +191,13 @@ static void print_compare(const json_t *s) {
         return;
     printf("\nbefore -> after (before: %s):\n", json_string_value(json_object_get(cmp, "file")));
     static const char *const keys[] = {"accuracy", "brier", "nll", "ece"};
-    for (size_t g = 0; g < N_GROUPS; g++) {
-        const json_t *a = json_object_get(json_object_get(cmp, "metrics"), group_names[g]);
-        const json_t *b = json_object_get(json_object_get(s, "metrics"), group_names[g]);
+    for (size_t g = 0; g < SUMMARY_N_GROUPS; g++) {
+        const json_t *a = json_object_get(json_object_get(cmp, "metrics"), summary_group_names[g]);
+        const json_t *b = json_object_get(json_object_get(s, "metrics"), summary_group_names[g]);
         if (!json_integer_value(json_object_get(a, "n")) ||
             !json_integer_value(json_object_get(b, "n")))
             continue;
-        printf("  %-8s", group_names[g]);
+        printf("  %-8s", summary_group_names[g]);
         for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
             printf(" %s %.3f -> %.3f%s", keys[k], json_number_value(json_object_get(a, keys[k])),
                    json_number_value(json_object_get(b, keys[k])),
@@ -534,12 +220,12 @@ static void print_table(const json_t *s) {
            json_number_value(json_object_get(s, "seconds")));
     printf("\n%-8s %6s %9s %7s %7s %7s %9s %10s %7s\n", "type", "n", "accuracy", "brier", "nll",
            "ece", "low-conf", "mean-conf", "mae");
-    for (size_t g = 0; g < N_GROUPS; g++) {
-        const json_t *row = json_object_get(m, group_names[g]);
+    for (size_t g = 0; g < SUMMARY_N_GROUPS; g++) {
+        const json_t *row = json_object_get(m, summary_group_names[g]);
         json_int_t n = json_integer_value(json_object_get(row, "n"));
         if (g && n == 0)
             continue;
-        printf("%-8s %6lld", group_names[g], (long long)n);
+        printf("%-8s %6lld", summary_group_names[g], (long long)n);
         cell(row, "accuracy", 8);
         cell(row, "brier", 6);
         cell(row, "nll", 6);
@@ -553,7 +239,7 @@ static void print_table(const json_t *s) {
            json_number_value(json_object_get(s, "low_confidence_threshold")));
     print_selective(s);
     print_compare(s);
-    cmd_eval_thresholds_print(json_object_get(s, "thresholds"));
+    cli_thresholds_print(json_object_get(s, "thresholds"));
     print_permutation(s);
     const json_t *st = json_object_get(s, "stability");
     const char *verdict = json_string_value(json_object_get(st, "verdict"));
@@ -636,45 +322,17 @@ static json_t *load_compare(const char *path, const char *data, char *err, size_
 
 /* --- the command -------------------------------------------------------------- */
 
-int cmd_eval_parse_uint(const char *cmd, const char *flag, const char *s, unsigned lo,
-                        unsigned hi, unsigned *out) {
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno || end == s || *end || *s == '-' || v < lo || v > hi) {
-        fprintf(stderr, "tandem %s: %s %s: expected an integer from %u to %u\n", cmd, flag, s,
-                lo, hi);
-        return 2;
-    }
-    *out = (unsigned)v;
-    return 0;
-}
-
-int cmd_eval_parse_double(const char *cmd, const char *flag, const char *s, double lo,
-                          double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "tandem %s: %s %s: expected a number from %g to %g\n", cmd, flag, s, lo,
-                hi);
-        return 2;
-    }
-    *out = v;
-    return 0;
-}
-
 /* Everything the command line sets. */
 struct eval_cli {
     struct eval_params p;
-    struct cmd_eval_scoring sc;
+    struct summary_scoring sc;
     const char *data, *report, *config, *compare, *key_file;
     char key[API_KEY_MAX];
     double timeout_s;
     int as_json;
     unsigned permute;                 /* --permute K: option orders asked per choice question */
     json_t *before;                   /* --compare: the earlier summary's parts; owned */
-    struct cmd_eval_thresholds th;    /* --suggest-thresholds and what it writes */
+    struct cli_thresholds th;    /* --suggest-thresholds and what it writes */
 };
 
 /* Parses argv into *o. Returns 0, -1 after --help, or 2 (usage error, said). */
@@ -718,11 +376,11 @@ static int parse_args(int argc, char **argv, struct eval_cli *o) {
         case O_MODEL: o->p.model = optarg; break;
         case O_DATA: o->data = optarg; break;
         case O_REPEAT:
-            rc = cmd_eval_parse_uint("eval", "--repeat", optarg, 1, EVAL_MAX_REPEAT, &o->p.repeat);
+            rc = cli_parse_uint("eval", "--repeat", optarg, 1, EVAL_MAX_REPEAT, &o->p.repeat);
             break;
         case O_CONC:
-            rc = cmd_eval_parse_uint("eval", "--concurrency", optarg,
-                                     1, EVAL_MAX_CONCURRENCY, &o->p.concurrency);
+            rc = cli_parse_uint("eval", "--concurrency", optarg, 1, EVAL_MAX_CONCURRENCY,
+                                &o->p.concurrency);
             break;
         case O_REPORT: o->report = optarg; break;
         case O_JSON: o->as_json = 1; break;
@@ -731,35 +389,34 @@ static int parse_args(int argc, char **argv, struct eval_cli *o) {
             return 2;
         case O_KEY_FILE: o->key_file = optarg; break;
         case O_LOW:
-            rc = cmd_eval_parse_double("eval", "--low-confidence", optarg, 0, 1, &o->sc.low);
+            rc = cli_parse_double("eval", "--low-confidence", optarg, 0, 1, &o->sc.low);
             break;
         case O_RISK:
-            rc = cmd_eval_parse_double("eval", "--target-risk", optarg, 0, 1, &o->sc.target_risk);
+            rc = cli_parse_double("eval", "--target-risk", optarg, 0, 1, &o->sc.target_risk);
             break;
         case O_BOOT:
-            rc = cmd_eval_parse_uint("eval", "--bootstrap", optarg, 0, MAX_BOOTSTRAP,
-                                     &o->sc.bootstrap);
+            rc = cli_parse_uint("eval", "--bootstrap", optarg, 0, MAX_BOOTSTRAP,
+                                &o->sc.bootstrap);
             break;
         case O_SEED:
-            rc = cmd_eval_parse_uint("eval", "--seed", optarg, 0, UINT32_MAX, &seed);
+            rc = cli_parse_uint("eval", "--seed", optarg, 0, UINT32_MAX, &seed);
             break;
         case O_PERMUTE:
-            rc = cmd_eval_parse_uint("eval", "--permute", optarg, 1, MAX_PERMUTE, &o->permute);
+            rc = cli_parse_uint("eval", "--permute", optarg, 1, MAX_PERMUTE, &o->permute);
             break;
         case O_SUGGEST: o->th.suggest = true; break;
         case O_PRECISION:
-            rc = cmd_eval_parse_double("eval", "--target-precision", optarg, 0.5, 0.9999,
-                              &o->th.target_precision);
+            rc = cli_parse_double("eval", "--target-precision", optarg, 0.5, 0.9999,
+                                  &o->th.target_precision);
             break;
         case O_WRITE: o->th.pipeline = optarg; break;
         case O_APPLY: o->th.apply = optarg; break;
         case O_COMPARE: o->compare = optarg; break;
         case O_TIMEOUT:
-            rc = cmd_eval_parse_double("eval", "--timeout", optarg, 0.001, 86400,
-                                       &o->timeout_s);
+            rc = cli_parse_double("eval", "--timeout", optarg, 0.001, 86400, &o->timeout_s);
             break;
         case O_RETRIES:
-            rc = cmd_eval_parse_uint("eval", "--retries", optarg, 0, 10, &o->p.retries);
+            rc = cli_parse_uint("eval", "--retries", optarg, 0, 10, &o->p.retries);
             break;
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return 2;
@@ -791,7 +448,7 @@ static int parse_args(int argc, char **argv, struct eval_cli *o) {
         return 2;
     }
     o->p.timeout_ms = (long)(o->timeout_s * 1000);
-    return cmd_eval_thresholds_check_args(&o->th, o->config);
+    return cli_thresholds_check_args(&o->th, o->config);
 }
 
 /* Writes the HTML report of summary to path. Returns 0 or 1 (said on stderr). */
@@ -830,7 +487,7 @@ static int add_sections(json_t *summary, const struct eval_run *run, const struc
         else
             rc = section_failed("--permute", err);
     }
-    json_t *th = o->th.suggest ? cmd_eval_thresholds_suggest(run, &o->th, &o->sc, err, errlen)
+    json_t *th = o->th.suggest ? cli_thresholds_suggest(run, &o->th, &o->sc, err, errlen)
                                : NULL;
     if (th)
         json_object_set_new(summary, "thresholds", th);
@@ -865,7 +522,7 @@ static int render(const json_t *summary, const struct eval_cli *o) {
             printf("report: %s\n", o->report);
     }
     const json_t *th = json_object_get(summary, "thresholds");
-    if (o->th.pipeline && th && cmd_eval_thresholds_write(th, &o->th, o->as_json))
+    if (o->th.pipeline && th && cli_thresholds_write(th, &o->th, o->as_json))
         status = 1;
     return status;
 }
@@ -880,7 +537,7 @@ static int check_before_run(const struct evalset *set, struct eval_cli *o, char 
                         "(tandem drift compares models without them)\n", o->data);
         return 1;
     }
-    if (o->th.suggest && cmd_eval_thresholds_check_set(set, &o->th, err, errlen))
+    if (o->th.suggest && cli_thresholds_check_set(set, &o->th, err, errlen))
         return section_failed("--suggest-thresholds", err);
     if (o->compare && !(o->before = load_compare(o->compare, o->data, err, errlen)))
         return section_failed("--compare", err);
@@ -897,7 +554,7 @@ static int run_and_render(const struct evalset *set, const struct eval_cli *o, c
                           size_t errlen) {
     struct eval_params p = o->p;
     if (isatty(STDERR_FILENO)) {
-        p.progress = cmd_eval_progress;
+        p.progress = cli_progress;
         p.progress_user = "eval";
     }
     struct eval_run *run;
@@ -905,7 +562,7 @@ static int run_and_render(const struct evalset *set, const struct eval_cli *o, c
         fprintf(stderr, "tandem eval: %s\n", err);
         return 1;
     }
-    json_t *summary = cmd_eval_summarize(run, p.model, &o->sc, p.concurrency);
+    json_t *summary = summary_build(run, p.model, &o->sc, p.concurrency);
     int status = run->n_errors ? 1 : 0;
     if (!summary) {
         fprintf(stderr, "tandem eval: out of memory\n");
@@ -966,7 +623,7 @@ int cmd_eval_main(int argc, char **argv, const char *llama_server) {
         status = run_and_render(set, &o, err, sizeof err);
     model_endpoints_free(daemons);
     evalset_free(set);
-    cmd_eval_thresholds_deinit(&o.th);
+    cli_thresholds_deinit(&o.th);
     json_decref(o.before);
     return status;
 }

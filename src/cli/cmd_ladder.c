@@ -18,7 +18,7 @@
  *   5. the search (eval/ladder) bisects over the fitting rungs; each judged
  *      rung is built atomically (cached by its inputs' hashes, so a rerun
  *      resumes), served by the real engine, and compared with the reference
- *      by cmd_drift_compare. The gate: the Wilson 95% upper bound of the flip
+ *      by drift_compare. The gate: the Wilson 95% upper bound of the flip
  *      rate among answers the reference held with a margin >= --margin is at
  *      most --max-flip-rate. At or below 4 bits, auto builds the rung with
  *      and without the matrix and keeps the matrix only where it flipped
@@ -40,8 +40,9 @@
 #include "base/hash.h"
 #include "base/host.h"
 #include "base/mem.h"
-#include "cli/cmd_drift.h"
-#include "cli/cmd_eval.h"
+#include "cli/cli_opts.h"
+#include "eval/drift.h"
+#include "eval/summary.h"
 #include "cli/cmd_imatrix.h"
 #include "flow/model_endpoint.h"
 #include "engine/engine.h"
@@ -247,17 +248,17 @@ static int ladder_option(int c, const char *arg, char **argv, struct opts *o) {
     case O_DATA: o->data = arg; return 0;
     case O_IMATRIX: o->imatrix = arg; return 0;
     case O_SHARE:
-        return cmd_eval_parse_double(cmd, "--calibration-share", arg, 0.01, 0.99, &o->share);
-    case O_SEED: return cmd_eval_parse_uint(cmd, "--seed", arg, 0, UINT32_MAX, &o->seed);
+        return cli_parse_double(cmd, "--calibration-share", arg, 0.01, 0.99, &o->share);
+    case O_SEED: return cli_parse_uint(cmd, "--seed", arg, 0, UINT32_MAX, &o->seed);
     case O_WITH: o->with = arg; return 0;
     case O_MODEL: o->model = arg; return 0;
     case O_MAXFLIP:
-        return cmd_eval_parse_double(cmd, "--max-flip-rate", arg, 0.0001, 1, &o->max_flip);
-    case O_MARGIN: return cmd_eval_parse_double(cmd, "--margin", arg, 0, 1, &o->margin);
-    case O_REPEAT: return cmd_eval_parse_uint(cmd, "--repeat", arg, 1, 100, &o->repeat);
+        return cli_parse_double(cmd, "--max-flip-rate", arg, 0.0001, 1, &o->max_flip);
+    case O_MARGIN: return cli_parse_double(cmd, "--margin", arg, 0, 1, &o->margin);
+    case O_REPEAT: return cli_parse_uint(cmd, "--repeat", arg, 1, 100, &o->repeat);
     case O_OUTDIR: o->out_dir = arg; return 0;
     case O_REQUANT: o->allow_requantize = true; return 0;
-    case O_TIMEOUT: return cmd_eval_parse_uint(cmd, "--timeout", arg, 1, 86400, &o->timeout_s);
+    case O_TIMEOUT: return cli_parse_uint(cmd, "--timeout", arg, 1, 86400, &o->timeout_s);
     case O_REPORT: o->report = arg; return 0;
     case O_WRITECFG: o->write_config = true; return 0;
     case O_VERBOSE: o->verbose = true; return 0;
@@ -915,7 +916,7 @@ static json_t *figures_of(const json_t *drift, double ref_accuracy) {
         json_object_set(f, keep[i], json_object_get(drift, keep[i]));
     const json_t *acc = json_object_get(json_object_get(drift, "cand"), "accuracy");
     json_object_set_new(f, "delta_accuracy",
-                        cmd_eval_number(json_is_number(acc) ? json_number_value(acc) - ref_accuracy
+                        summary_number(json_is_number(acc) ? json_number_value(acc) - ref_accuracy
                                                             : NAN));
     return f;
 }
@@ -933,7 +934,7 @@ static tandem_err judge_variant(struct ladder *L, struct rung *r, struct variant
         return TANDEM_ERR_CHILD;
     }
     struct drift_options o = {.top = 0, .margin = L->o.margin};
-    json_t *drift = cmd_drift_compare(L->ref, NULL, run, NULL, &o);
+    json_t *drift = drift_compare(L->ref, NULL, run, NULL, &o);
     eval_run_free(run);
     *figures = drift ? figures_of(drift, L->ref_accuracy) : NULL;
     json_decref(drift);
@@ -1191,7 +1192,7 @@ static json_t *summary_json(const struct ladder *L) {
     json_t *reference =
         L->ref ? json_pack("{s:I,s:I,s:o,s:f,s:I}", "questions", (json_int_t)L->ref_questions,
                            "sure", (json_int_t)L->ref_sure, "accuracy",
-                           cmd_eval_number(L->ref_accuracy), "seconds", L->ref->seconds,
+                           summary_number(L->ref_accuracy), "seconds", L->ref->seconds,
                            "repeat", (json_int_t)L->o.repeat)
                : json_null();
     return json_pack(

@@ -1,6 +1,6 @@
 /* report.c: HTML evaluation reports with inline SVG charts.
  *
- * Works only from the summary object (cmd_eval.c), so the report shows the
+ * Works only from the summary object (summary.c), so the report shows the
  * same numbers as `--json` and the table. Charts are drawn with svg.c into
  * their own documents and inlined; the page has inline CSS and nothing else,
  * so the file can be mailed or archived and still render. Every string that

@@ -21,7 +21,7 @@
 /* The most bytes a report may take. */
 #define REPORT_MAX_BYTES (64u << 20)
 
-/* Renders summary (borrowed; the object cmd_eval_summarize() returns) as an
+/* Renders summary (borrowed; the object summary_build() returns) as an
  * HTML document into *out (NUL-terminated, *len bytes; caller owns, release
  * with mem_free()). On failure *out is NULL. Returns TANDEM_ERR_NOMEM,
  * TANDEM_ERR_TOOBIG past REPORT_MAX_BYTES, or TANDEM_ERR_FORMAT when summary
