@@ -42,7 +42,7 @@
 #include "base/mem.h"
 #include "cli/cmd_drift.h"
 #include "cli/cmd_eval.h"
-#include "cli/cmd_imatrix.h"
+#include "flow/imatrix.h"
 #include "flow/model_endpoint.h"
 #include "engine/engine.h"
 #include "engine/engine_quantize.h"
@@ -1055,7 +1055,7 @@ static int prepare_imatrix(struct ladder *L) {
             p.split_seed = L->o.seed, p.split_share = L->o.share, p.verbose = L->o.verbose;
             p.progress = imatrix_progress, p.progress_user = L;
             double t0 = now_s();
-            tandem_err e = cmd_imatrix_build(&p, NULL, err, sizeof err);
+            tandem_err e = imatrix_build(&p, NULL, err, sizeof err);
             L->imatrix_seconds = now_s() - t0;
             if (e != TANDEM_OK) {
                 snprintf(L->imatrix_note, sizeof L->imatrix_note, "%.500s", err);
