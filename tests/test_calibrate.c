@@ -379,43 +379,50 @@ Test(calibrate, an_unreadable_dataset_is_said_before_any_serving) {
     cr_expect(!refused);
 }
 
-Test(calibrate, an_endpoint_refused_as_given_is_a_usage_error) {
+/* Runs the kev model against endpoint with data_text as dir/set.jsonl;
+ * returns its error, with the diag copied into diag. */
+static tandem_err run_set(const char *data_text, const char *endpoint, char *diag, size_t cap,
+                          bool *refused) {
     const char *data = in_dir("set.jsonl");
-    write_text(data, "{}\n");
+    write_text(data, data_text);
     struct calibrate_params p = params(kev_model(), data, in_dir("out.gguf"));
-    p.eval.endpoint = "not-an-endpoint";
+    p.eval.endpoint = endpoint;
+    p.eval.timeout_ms = 5000;
+    return run(&p, diag, cap, refused);
+}
+
+Test(calibrate, an_endpoint_refused_as_given_is_a_usage_error) {
     char diag[2048];
     bool refused = false;
-    cr_expect_eq(run(&p, diag, sizeof diag, &refused), TANDEM_ERR_INVAL);
+    cr_expect_eq(run_set("{}\n", "not-an-endpoint", diag, sizeof diag, &refused),
+                 TANDEM_ERR_INVAL);
     cr_expect(refused);
     cr_expect_str_eq(diag, "", "the endpoint said it on stderr");
 }
 
 Test(calibrate, a_malformed_dataset_is_said_as_the_loader_says_it) {
-    const char *data = in_dir("set.jsonl");
-    write_text(data, "{\"id\": \"c1\"\n");
-    struct calibrate_params p = params(kev_model(), data, in_dir("out.gguf"));
-    p.eval.endpoint = "http://127.0.0.1:9";
     char diag[4096];
     bool refused = true;
-    cr_expect_neq(run(&p, diag, sizeof diag, &refused), TANDEM_OK);
+    cr_expect_neq(run_set("{\"id\": \"c1\"\n", "http://127.0.0.1:9", diag, sizeof diag,
+                          &refused),
+                  TANDEM_OK);
+    const char *data = in_dir("set.jsonl");
     cr_expect_eq(strncmp(diag, data, strlen(data)), 0, "the loader's own line: %s", diag);
     cr_expect(!refused);
     cr_expect_eq(access(in_dir("out.gguf"), F_OK), -1);
 }
 
 Test(calibrate, every_failed_request_is_named, .timeout = 30) {
-    const char *data = in_dir("set.jsonl");
-    write_text(data, "{\"id\": \"c1\", \"state\": {}, \"questions\": {\"q\": {\"type\": "
-                     "\"noul\", \"instructions\": \"Yes?\"}}, \"gold\": {\"q\": true}}\n"
-                     "{\"id\": \"c2\", \"state\": {}, \"questions\": {\"q\": {\"type\": "
-                     "\"noul\", \"instructions\": \"Yes?\"}}, \"gold\": {\"q\": false}}\n");
-    struct calibrate_params p = params(kev_model(), data, in_dir("out.gguf"));
-    p.eval.endpoint = "http://127.0.0.1:9"; /* discard: nothing listens */
-    p.eval.timeout_ms = 5000;
+    static const char set[] =
+        "{\"id\": \"c1\", \"state\": {}, \"questions\": {\"q\": {\"type\": \"noul\", "
+        "\"instructions\": \"Yes?\"}}, \"gold\": {\"q\": true}}\n"
+        "{\"id\": \"c2\", \"state\": {}, \"questions\": {\"q\": {\"type\": \"noul\", "
+        "\"instructions\": \"Yes?\"}}, \"gold\": {\"q\": false}}\n";
     char diag[4096];
     bool refused = true;
-    cr_expect_eq(run(&p, diag, sizeof diag, &refused), TANDEM_ERR_HTTP);
+    /* the discard port: nothing listens */
+    cr_expect_eq(run_set(set, "http://127.0.0.1:9", diag, sizeof diag, &refused),
+                 TANDEM_ERR_HTTP);
     cr_expect_eq(strncmp(diag, "tandem calibrate: case c1 (line 1): ", 36), 0, "%s", diag);
     const char *c2 = strstr(diag, "\ntandem calibrate: case c2 (line 2): ");
     cr_expect_not_null(c2, "%s", diag);

@@ -12,10 +12,10 @@
  * chunk (engine_imatrix_chunk). engine_imatrix.c knows the requests and the
  * answers; this file does the HTTP (eval/s1client over the server's unix
  * socket). The server is stopped, llama-imatrix runs (engine_imatrix.c has
- * its flags and why), and
- * its matrix is copied into the output with imatrix.datasets naming the
- * data (the tool records its temporary text file) and tandem.imatrix.*
- * provenance, through gguf_edit_write's temporary file and rename.
+ * its flags and why), and its matrix is copied into the output with
+ * imatrix.datasets naming the data (the tool records its temporary text
+ * file) and tandem.imatrix.* provenance, through gguf_edit_write's temporary
+ * file and rename.
  *
  * Flow: check model -> locate tools -> temp dir -> start server -> render
  * each prompt -> count tokens -> stop server -> llama-imatrix -> write out
@@ -42,6 +42,7 @@
 #include "plan/plan.h"
 #include "version.h"
 
+/* How long one request to the render server may take, and its stop's grace. */
 #define RENDER_REQUEST_MS 600000
 #define RENDER_STOP_MS 5000
 /* The most text one build renders. */
