@@ -40,10 +40,10 @@
 #include "base/hash.h"
 #include "base/host.h"
 #include "base/mem.h"
-#include "cli/cli_opts.h"
 #include "eval/drift.h"
+#include "cli/cli_opts.h"
 #include "eval/summary.h"
-#include "cli/cmd_imatrix.h"
+#include "flow/imatrix.h"
 #include "flow/model_endpoint.h"
 #include "engine/engine.h"
 #include "engine/engine_quantize.h"
@@ -1056,7 +1056,7 @@ static int prepare_imatrix(struct ladder *L) {
             p.split_seed = L->o.seed, p.split_share = L->o.share, p.verbose = L->o.verbose;
             p.progress = imatrix_progress, p.progress_user = L;
             double t0 = now_s();
-            tandem_err e = cmd_imatrix_build(&p, NULL, err, sizeof err);
+            tandem_err e = imatrix_build(&p, NULL, err, sizeof err);
             L->imatrix_seconds = now_s() - t0;
             if (e != TANDEM_OK) {
                 snprintf(L->imatrix_note, sizeof L->imatrix_note, "%.500s", err);

@@ -20,16 +20,32 @@
  *                     holds each prompt's own end tokens already.
  * The tool aborts through GGML_ASSERT when it meets a model it cannot handle,
  * and ggml's crash handler then appends a debugger backtrace to the log; the
- * reason is the assert line above it, which engine_log_reason picks out. */
+ * reason is the assert line above it, which engine_log_reason picks out.
+ *
+ * The render server: under LLAMA_SERVER_SLOTS_DEBUG=1, GET /slots shows each
+ * slot's last task's prompt detokenized with its special tokens
+ * (tools/server/server-context.cpp, server_slot::to_json). With one slot, and
+ * each question sent alone as a /v1/systemone request, the prompt in slot 0
+ * afterwards is exactly that question's (the chat template
+ * `tokenizer.chat_template.systemone` and the per-type rules of
+ * server-decision.cpp, after kev's escaping and laya's trimming); id_task
+ * changing proves that the slot served it. /tokenize with add_special and
+ * parse_special counts the tokens as llama-imatrix will read the text. */
 #include "engine/engine_imatrix.h"
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/host.h"
 #include "base/mem.h"
 #include "engine/engine.h"
+
+/* The render server's context: enough for any decision prompt we have seen,
+ * without a KV cache sized for a 32k-token training context. */
+#define RENDER_CTX_MAX 8192u
+#define RENDER_READY_MS 300000
 
 uint32_t engine_imatrix_chunk(uint64_t n_tokens, uint32_t ctx_train) {
     uint64_t c = ENGINE_IMATRIX_MAX_CHUNK;
@@ -90,3 +106,87 @@ tandem_err engine_imatrix_run(const struct engine_imatrix_params *p, char *err, 
     return TANDEM_ERR_CHILD;
 }
 
+
+/* --- the render server ------------------------------------------------------------ */
+
+tandem_err engine_imatrix_render_start(const struct engine_imatrix_render_params *p,
+                                       struct engine_child **out, char *err, size_t errlen) {
+    struct plan_settings want = plan_default_settings(), s;
+    want.gpu = false;
+    want.ngl = 0;
+    want.parallel = 1;
+    want.no_warmup = true;
+    uint32_t ctx = plan_model_ctx_train(p->m);
+    if (!ctx || ctx > RENDER_CTX_MAX)
+        ctx = RENDER_CTX_MAX;
+    want.ctx = plan_model_is_encoder(p->m) ? 0 : ctx; /* encoders: their training window */
+    plan_model_resolve(p->m, &want, &s);
+    char *extra[] = {"--slots", NULL};
+    char *env[] = {"LLAMA_SERVER_SLOTS_DEBUG=1", NULL};
+    char **argv = NULL;
+    *out = NULL;
+    if (engine_child_argv(p->server, p->model_path, "imatrix", &s, p->socket, NULL, extra,
+                          &argv) != TANDEM_OK) {
+        tandem_errmsg(err, errlen, "cannot prepare the engine's arguments");
+        return TANDEM_ERR_NOMEM;
+    }
+    tandem_err e = engine_child_spawn(argv, env, p->log_path, p->socket, out, err, errlen);
+    engine_child_argv_free(argv);
+    if (!e)
+        e = engine_child_wait_ready(*out, RENDER_READY_MS, err, errlen);
+    return e;
+}
+
+char *engine_imatrix_question_body(json_t *state, const char *qid, json_t *question) {
+    json_t *body = json_pack("{s:O, s:{s:O}}", "state", state, "questions", qid, question);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    return text;
+}
+
+const char *engine_imatrix_error_message(const json_t *answer) {
+    const char *m = json_string_value(json_object_get(json_object_get(answer, "error"),
+                                                      "message"));
+    return m ? m : "";
+}
+
+tandem_err engine_imatrix_slots_prompt(long status, const json_t *answer, int64_t last_task,
+                                       const char **prompt, int64_t *task, char *err,
+                                       size_t errlen) {
+    const json_t *slot = json_array_get(answer, 0);
+    const char *text = json_string_value(json_object_get(slot, "prompt"));
+    const json_t *id = json_object_get(slot, "id_task");
+    if (status != 200 || !text || !json_is_integer(id)) {
+        tandem_errmsg(err, errlen, "GET /slots (HTTP %ld) shows no prompt in slot 0%s%s", status,
+                      status != 200 ? ": " : " (is LLAMA_SERVER_SLOTS_DEBUG honoured?)",
+                      status != 200 ? engine_imatrix_error_message(answer) : "");
+        return TANDEM_ERR_ENGINE;
+    }
+    if (json_integer_value(id) == last_task) {
+        tandem_errmsg(err, errlen, "GET /slots: slot 0 did not serve the last request");
+        return TANDEM_ERR_ENGINE;
+    }
+    *prompt = text;
+    *task = json_integer_value(id);
+    return TANDEM_OK;
+}
+
+char *engine_imatrix_tokenize_body(const char *text, size_t len) {
+    json_t *body = json_pack("{s:s%, s:b, s:b}", "content", text, len, "add_special", 1,
+                             "parse_special", 1);
+    char *out = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    return out;
+}
+
+tandem_err engine_imatrix_tokenize_count(long status, const json_t *answer, uint64_t *n_tokens,
+                                         char *err, size_t errlen) {
+    const json_t *tokens = json_object_get(answer, "tokens");
+    if (status != 200 || !json_is_array(tokens)) {
+        tandem_errmsg(err, errlen, "POST /tokenize (HTTP %ld): %s", status,
+                      engine_imatrix_error_message(answer));
+        return TANDEM_ERR_ENGINE;
+    }
+    *n_tokens = json_array_size(tokens);
+    return TANDEM_OK;
+}
