@@ -277,7 +277,7 @@ static void print_rung(const json_t *r, bool pair) {
     if (pair) {
         char where[128];
         partner_cell(r, where, sizeof where);
-        printf(" %-9s", where);
+        printf(" %-18s", where);
     }
     printf(" %-24s %7s %6s %6s %5s  %s\n", flips, kl, dp, dacc, secs,
            json_string_value(json_object_get(r, "status")));
@@ -313,7 +313,7 @@ static void print_table(const json_t *s) {
         printf(" %7s", "w/part");
     printf(" %-4s", "fits");
     if (pair)
-        printf(" %-9s", "partner");
+        printf(" %-18s", "partner");
     printf(" %-24s %7s %6s %6s %5s  %s\n", "sure flips [95%] all", "KL", "|dp|", "dacc", "s",
            "verdict");
     const json_t *rungs = json_object_get(s, "rungs"), *r;
