@@ -79,15 +79,18 @@ static void teardown(struct fixture *f) {
     plan_model_free(f->a);
 }
 
-static uint64_t rung_bytes(const struct fixture *f, double scale) {
-    return (uint64_t)((double)plan_model_weight_bytes(f->a) * scale + 0.5);
+/* Plans a rung named name of scale times A's weights. */
+static struct qladder_fit plan_at(struct fixture *f, const char *name, double scale) {
+    struct qladder_fit fit;
+    uint64_t bytes = (uint64_t)((double)plan_model_weight_bytes(f->a) * scale + 0.5);
+    cr_assert_eq(qladder_plan_rung(&f->p, name, bytes, &fit), TANDEM_OK);
+    return fit;
 }
 
 Test(qladder_plan, a_rung_too_big_to_share_runs_beside_its_partner_on_the_cpu) {
     struct fixture f;
     setup(&f, 0);
-    struct qladder_fit fit;
-    cr_assert_eq(qladder_plan_rung(&f.p, "Q8_0", rung_bytes(&f, 1), &fit), TANDEM_OK);
+    struct qladder_fit fit = plan_at(&f, "Q8_0", 1);
     cr_expect_eq(fit.mem_alone, 4000 * MIB);
     cr_expect_eq(fit.mem_pair, 4800 * MIB); /* over 4500: not co-resident */
     cr_expect(fit.fits, "%s", fit.reason);
@@ -100,8 +103,7 @@ Test(qladder_plan, a_rung_too_big_to_share_runs_beside_its_partner_on_the_cpu) {
 Test(qladder_plan, a_small_rung_keeps_its_partner_on_the_gpu) {
     struct fixture f;
     setup(&f, 0);
-    struct qladder_fit fit;
-    cr_assert_eq(qladder_plan_rung(&f.p, "Q4_K_M", rung_bytes(&f, 0.5), &fit), TANDEM_OK);
+    struct qladder_fit fit = plan_at(&f, "Q4_K_M", 0.5);
     cr_expect_eq(fit.mem_alone, 2000 * MIB);
     cr_expect_eq(fit.mem_pair, 2800 * MIB);
     cr_expect(fit.fits);
@@ -112,9 +114,8 @@ Test(qladder_plan, a_small_rung_keeps_its_partner_on_the_gpu) {
 Test(qladder_plan, a_rung_that_cannot_run_whole_does_not_fit) {
     struct fixture f;
     setup(&f, 0);
-    struct qladder_fit fit;
     /* 4800 MiB alone: it would fit only cut to a partial offload, and a rung runs whole */
-    cr_assert_eq(qladder_plan_rung(&f.p, "F16", rung_bytes(&f, 1.2), &fit), TANDEM_OK);
+    struct qladder_fit fit = plan_at(&f, "F16", 1.2);
     /* 1.2 times the weights, to the byte the rung's size was rounded to */
     cr_expect(fit.mem_alone > 4799 * MIB && fit.mem_alone < 4801 * MIB, "%llu",
               (unsigned long long)fit.mem_alone);
@@ -129,8 +130,7 @@ Test(qladder_plan, a_partner_that_only_rotates_does_not_fit) {
     /* 300 MiB of host RAM: B cannot go to the CPU (400 MiB) nor keep a share of
      * its layers there; beside a whole A it can only rotate */
     setup(&f, 300 * MIB);
-    struct qladder_fit fit;
-    cr_assert_eq(qladder_plan_rung(&f.p, "Q8_0", rung_bytes(&f, 1), &fit), TANDEM_OK);
+    struct qladder_fit fit = plan_at(&f, "Q8_0", 1);
     cr_expect_not(fit.fits);
     cr_expect(strstr(fit.reason, "does not fit"), "%s", fit.reason);
     teardown(&f);

@@ -138,7 +138,6 @@ static int split_cases(struct qladder *L, bool with_imatrix) {
     return 0;
 }
 
-
 /* --- judging ---------------------------------------------------------------------------------- */
 
 struct judge_progress {
@@ -253,7 +252,6 @@ static int judge_reference(struct qladder *L) {
     }
     return 0;
 }
-
 
 /* --- building and judging a rung ------------------------------------------------------------- */
 
@@ -484,7 +482,6 @@ static bool wants_imatrix(const struct qladder *L) {
     return false;
 }
 
-
 /* --- the summary ------------------------------------------------------------------------------ */
 
 static const char *state_name(enum ladder_state s) {
@@ -622,7 +619,6 @@ static json_t *summary_json(const struct qladder *L) {
                                             : json_null()),
         "rungs", rungs, "recommendation", recommendation_json(L), "seconds", qladder_now() - L->t0);
 }
-
 
 /* --- the search ------------------------------------------------------------------------------- */
 

@@ -177,10 +177,8 @@ static tandem_err rung_footprint(const struct plan_model *m, const struct plan_s
     const struct rung_plan *rp = user;
     const struct qladder_plan *p = rp->p;
     bool measured = p->measured;
-    if (p->fn && m != p->src)
-        return p->fn(m, s, out, p->fn_user);
     if (m != p->src)
-        return plan_cli_footprint(m, s, out, &measured);
+        return p->fn ? p->fn(m, s, out, p->fn_user) : plan_cli_footprint(m, s, out, &measured);
     tandem_err e = p->fn ? p->fn(m, s, out, p->fn_user) : plan_model_footprint(m, s, out);
     for (int d = 0; e == TANDEM_OK && d < PLAN_DEVICE_COUNT; d++)
         out->bytes[d][PLAN_PART_WEIGHTS] =
