@@ -110,11 +110,13 @@ def plan_table(tandem, src, work, *args):
         sys.exit(p.stderr)
     s = json.loads(p.stdout)
     rows = ["| type | MiB | bits/weight | alone (MiB) | with the partner (MiB) | fits "
-            f"{s['budget_bytes'] / 2**20:.0f} MiB |", "|---|---:|---:|---:|---:|---|"]
+            f"{s['budget_bytes'] / 2**20:.0f} MiB | the partner runs on |",
+            "|---|---:|---:|---:|---:|---|---|"]
     for r in s["rungs"]:
         rows.append(f"| {r['type']} | {r['mib']:.0f} | {r['bpw']:.2f} | "
                     f"{r['vram_alone'] / 2**20:.0f} | {r['vram_pair'] / 2**20:.0f} | "
-                    f"{'yes' if r['fits'] else 'no'} |")
+                    f"{'yes' if r['fits'] else 'no'} | "
+                    f"{', '.join(r['partner_device'] or ['-'])} |")
     shown = " ".join(str(c).replace(str(ROOT) + "/", "").replace(str(work) + "/", "WORK/")
                      .replace(str(CACHE), "~/.cache/tandem") for c in cmd[1:])
     return "\n".join(["```", f"tandem {shown}", "```", "", f"{s['source']['protected']}.", "",

@@ -5,7 +5,7 @@
  * refuses to overwrite the input, runs the tool from an argv array (no
  * shell) with its output passed through, and then checks that the result
  * parses as GGUF. For options beyond these, run llama-quantize directly.
- * With --ladder it hands over to cmd_ladder, which chooses the type. */
+ * With --ladder it hands over to cli_ladder (flow/qladder), which chooses the type. */
 #include "cli/cmd_quantize.h"
 
 #include <getopt.h>
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli/cmd_ladder.h"
+#include "cli/cli_ladder.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "version.h"
@@ -38,7 +38,7 @@ static void usage(FILE *f) {
 int cmd_quantize_main(int argc, char **argv, const char *llama_server) {
     for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
         if (!strcmp(argv[i], "--ladder") || !strncmp(argv[i], "--ladder=", 9))
-            return cmd_ladder_main(argc, argv, llama_server);
+            return cli_ladder_main(argc, argv, llama_server);
     static const struct option opts[] = {
         {"allow-requantize", no_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},

@@ -599,7 +599,7 @@ static int optional_ok(const json_t *o, const char *key, const struct member *m,
 }
 
 /* Whether the partner is null, absent, one partner or an array of them
- * (cmd_ladder writes the array, one {name, path} per partner model). */
+ * (flow/qladder writes the array, one {name, path} per partner model). */
 static int partner_ok(const json_t *ladder) {
     const json_t *v = json_object_get(ladder, "partner"), *item;
     size_t i;

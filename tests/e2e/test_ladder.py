@@ -178,10 +178,58 @@ def test_plan_only_lists_what_fits_beside_the_partner(tandem_bin, tmp_path):
     assert r["Q4_K_M"]["bytes"] > r["IQ3_M"]["bytes"] > r["Q2_K"]["bytes"]
     for x in s["rungs"]:
         assert x["vram_pair"] > x["vram_alone"] > x["bytes"]
-        assert x["fits"] == (x["vram_pair"] <= s["budget_bytes"])
+        # the rung runs whole on the GPU; the partner goes where the placement search puts it
+        assert x["fits"] == (x["vram_alone"] <= s["budget_bytes"])
         assert x["status"] == ("fits" if x["fits"] else "does not fit")
-    assert not r["Q4_K_M"]["fits"] and r["Q2_K"]["fits"]
+        if x["vram_pair"] <= s["budget_bytes"]:
+            assert x["partner_device"] == ["gpu:0"], x
+        elif x["fits"]:
+            assert x["partner_device"] != ["gpu:0"], x
+        else:
+            assert x["partner_device"] is None and x["placement"] is None
+    assert not r["Q4_K_M"]["fits"] and r["IQ3_M"]["fits"] and r["Q2_K"]["fits"]
+    assert r["IQ3_M"]["vram_pair"] > s["budget_bytes"], "co-resident, IQ3_M would not fit"
     assert not list((tmp_path / "k9").glob("*.gguf")), "plan-only builds nothing"
+
+
+def where(model):
+    """A placed model's device as the ladder writes it: "cpu", "gpu:0", "gpu:0 24/31 layers"."""
+    if model["device"] != "cpu" and model["ngl"] < model["layers"]:
+        return f'{model["device"]} {model["ngl"]}/{model["layers"]} layers'
+    return model["device"]
+
+
+@pytest.mark.parametrize("ctx", [4096, 8192])
+def test_the_ladder_places_the_partner_as_tandem_plan_does(tandem_bin, tmp_path, ctx):
+    """Kev-9B at IQ3_M beside Laya on a simulated 6 GiB GPU: the two do not fit co-resident,
+    but `tandem plan` serves them with nothing rotating, Kev-9B whole on the GPU, and so does
+    the ladder now (it used to find only Q2_K). The rung is the IQ3_M file itself, so its
+    footprints and costs are tandem plan's to the byte."""
+    kev, laya = fixture_path("kev-9b-iq3m-shape.gguf"), fixture_path("laya-shape.gguf")
+    common = ("--vram", "6GiB", "--ctx", ctx, "--no-measured", "--json")
+    plan = tandem(tandem_bin, "plan", kev, laya, *common)
+    assert plan.returncode == 0, plan.stderr
+    chosen = json.loads(plan.stdout)["placement"]["chosen"]
+    assert chosen["fits"] and not any(m["rotates"] for m in chosen["models"])
+    kev_at, laya_at = chosen["models"]
+    assert kev_at["device"] == "gpu:0" and kev_at["ngl"] == kev_at["layers"]
+    run = tandem(tandem_bin, "quantize", kev, "--ladder", "IQ3_M", "--plan-only", "--with", laya,
+                 *common, "--out-dir", tmp_path / "k9")
+    assert run.returncode == 0, run.stderr
+    s = json.loads(run.stdout)
+    (iq3m,) = s["rungs"]
+    assert iq3m["vram_pair"] > s["budget_bytes"] >= iq3m["vram_alone"]
+    assert iq3m["fits"] and iq3m["status"] == "fits", iq3m["reason"]
+    assert iq3m["partner_device"] == [where(laya_at)]
+    assert iq3m["placement"] == f"IQ3_M gpu:0, laya-shape.gguf {where(laya_at)}"
+    if ctx == 8192:
+        assert iq3m["partner_device"] == ["cpu"]
+    table = tandem(tandem_bin, "quantize", kev, "--ladder", "IQ3_M", "--plan-only", "--with",
+                   laya, *common[:-1], "--out-dir", tmp_path / "k9")
+    assert table.returncode == 0, table.stderr
+    head = next(line for line in table.stdout.splitlines() if line.startswith("type "))
+    row = next(line for line in table.stdout.splitlines() if line.startswith("IQ3_M "))
+    assert "partner" in head.split() and f" yes  {where(laya_at)} " in row, row
 
 
 # --- bad input ------------------------------------------------------------------------------
