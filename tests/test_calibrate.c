@@ -140,7 +140,7 @@ struct answers {
     size_t n;
 };
 
-static void add_answers(struct answers *s, enum evalset_type type, size_t n_options, double p0,
+static void add_answers(struct answers *s, enum s1q_type type, size_t n_options, double p0,
                         int gold_in_10, size_t count) {
     for (size_t i = 0; i < count; i++) {
         size_t k = s->n++;
@@ -162,14 +162,14 @@ static struct calib_temps served(void) {
 
 Test(calibrate, an_overconfident_type_gets_a_higher_temperature) {
     static struct answers s;
-    add_answers(&s, EVALSET_TYPE_CHOICE, 2, 0.95, 7, 60); /* says 95 %, right 70 % */
+    add_answers(&s, S1Q_TYPE_CHOICE, 2, 0.95, 7, 60); /* says 95 %, right 70 % */
     struct calib_temps t = served();
     static struct calibrate_fit f;
     cr_assert_eq(calibrate_fit(&t, s.a, s.n, 30, &f), TANDEM_OK);
     cr_assert_eq(f.n_fitted, 1);
     cr_assert_eq(f.n_groups, 1, "one bucket used: no bucket fit");
     const struct calibrate_group *g = &f.groups[0];
-    cr_expect_eq(g->type, EVALSET_TYPE_CHOICE);
+    cr_expect_eq(g->type, S1Q_TYPE_CHOICE);
     cr_expect_eq(g->bucket, -1);
     cr_expect_eq(g->n_train, 40);
     cr_expect_eq(g->n_held, 20);
@@ -194,7 +194,7 @@ Test(calibrate, a_fit_the_held_out_split_does_not_confirm_is_not_kept) {
     static struct answers s;
     /* training answers always right, held-out ones right 70 % of the time */
     for (size_t i = 0; i < 45; i++) {
-        add_answers(&s, EVALSET_TYPE_NOUL, 2, 0.8, 10, 1);
+        add_answers(&s, S1Q_TYPE_NOUL, 2, 0.8, 10, 1);
         s.a[s.n - 1].held = i % 3 == 0;
         s.a[s.n - 1].it.gold = i % 3 == 0 && i % 2 ? 1 : 0;
     }
@@ -217,7 +217,7 @@ Test(calibrate, a_fit_the_held_out_split_does_not_confirm_is_not_kept) {
 
 Test(calibrate, too_few_answers_leave_the_type_alone) {
     static struct answers s;
-    add_answers(&s, EVALSET_TYPE_SCORE, 3, 0.9, 7, 5);
+    add_answers(&s, S1Q_TYPE_SCORE, 3, 0.9, 7, 5);
     struct calib_temps t = served();
     static struct calibrate_fit f;
     cr_assert_eq(calibrate_fit(&t, s.a, s.n, 30, &f), TANDEM_OK);
@@ -237,9 +237,9 @@ Test(calibrate, too_few_answers_leave_the_type_alone) {
 
 Test(calibrate, buckets_are_fitted_when_each_split_has_enough_answers) {
     static struct answers s;
-    add_answers(&s, EVALSET_TYPE_CHOICE, 2, 0.95, 7, 90);  /* 60 training, 30 held out */
-    add_answers(&s, EVALSET_TYPE_CHOICE, 4, 0.4, 9, 90);
-    add_answers(&s, EVALSET_TYPE_CHOICE, 11, 0.5, 5, 15); /* too few for its bucket */
+    add_answers(&s, S1Q_TYPE_CHOICE, 2, 0.95, 7, 90);  /* 60 training, 30 held out */
+    add_answers(&s, S1Q_TYPE_CHOICE, 4, 0.4, 9, 90);
+    add_answers(&s, S1Q_TYPE_CHOICE, 11, 0.5, 5, 15); /* too few for its bucket */
     struct calib_temps t = served();
     static struct calibrate_fit f;
     cr_assert_eq(calibrate_fit(&t, s.a, s.n, 30, &f), TANDEM_OK);
@@ -276,7 +276,7 @@ Test(calibrate, the_copy_gets_the_changed_temperatures_and_the_provenance) {
     cr_assert_eq(calibrate_model_open(kev_model(), &m, err, sizeof err), TANDEM_OK, "%s", err);
     struct calib_temps now = m.temps;
     cr_assert(calib_temps_scale_type(&now, "choice", 0.3));
-    struct calibrate_group g = {.type = EVALSET_TYPE_CHOICE, .bucket = -1, .n_train = 40,
+    struct calibrate_group g = {.type = S1Q_TYPE_CHOICE, .bucket = -1, .n_train = 40,
                                 .n_held = 20, .fitted = true, .kept = true, .a = 0.3,
                                 .t_old = 2, .t_new = 2 / 0.3, .nll_before = 0.9,
                                 .nll_after = 0.6, .ece_before = NAN, .ece_after = 0.1};

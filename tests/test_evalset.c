@@ -34,7 +34,7 @@ Test(evalset, parses_a_valid_case) {
     cr_assert_eq(c.n_questions, 4);
     const struct evalset_question *r = &c.q[0], *u = &c.q[1], *a = &c.q[2], *f = &c.q[3];
     cr_expect_str_eq(r->id, "route");
-    cr_expect_eq(r->type, EVALSET_TYPE_CHOICE);
+    cr_expect_eq(r->type, S1Q_TYPE_CHOICE);
     cr_assert_eq(r->n_options, 3);
     cr_expect_str_eq(r->options[2], "technical");
     cr_expect(r->has_gold);
@@ -42,10 +42,10 @@ Test(evalset, parses_a_valid_case) {
     cr_assert(r->target);
     cr_expect_eq(r->target[0], 0.25);
     cr_expect_eq(r->target[2], 0);
-    cr_expect_eq(u->type, EVALSET_TYPE_SCORE);
+    cr_expect_eq(u->type, S1Q_TYPE_SCORE);
     cr_expect_str_eq(u->options[1], "1");
     cr_expect_eq(u->gold, 2);
-    cr_expect_eq(a->type, EVALSET_TYPE_NOUL);
+    cr_expect_eq(a->type, S1Q_TYPE_NOUL);
     cr_expect_eq(a->gold, 1); /* false */
     cr_expect(!f->has_gold);
     cr_expect(json_is_object(c.state));
@@ -133,12 +133,12 @@ Test(evalset, loads_the_shipped_set) {
                  "%s", err);
     cr_expect_geq(s->n_cases, 55);
     cr_expect_eq(s->n_gold, s->n_questions, "every shipped question has a gold answer");
-    size_t types[EVALSET_TYPE_COUNT] = {0};
+    size_t types[S1Q_TYPE_COUNT] = {0};
     for (size_t i = 0; i < s->n_cases; i++)
         for (size_t q = 0; q < s->cases[i].n_questions; q++)
             types[s->cases[i].q[q].type]++;
-    for (int t = 0; t < EVALSET_TYPE_COUNT; t++)
-        cr_expect_geq(types[t], 10, "%s questions", evalset_type_name((enum evalset_type)t));
+    for (int t = 0; t < S1Q_TYPE_COUNT; t++)
+        cr_expect_geq(types[t], 10, "%s questions", s1q_type_name((enum s1q_type)t));
     evalset_free(s);
 }
 

@@ -7,7 +7,7 @@
  * cases.jsonl holds one case per line:
  *   {"name": "...", "max_options": 52, "body": <the request body, any JSON>,
  *    "error": "<the exact message>" | null}
- * "max_options" is optional (default S1_MAX_CHOICE_OPTIONS); "error": null
+ * "max_options" is optional (default S1Q_MAX_CHOICE_OPTIONS); "error": null
  * means the body is valid. `make fuzz` seeds fuzz_s1 with these bodies. */
 #include <criterion/criterion.h>
 #include <stdbool.h>
@@ -59,7 +59,7 @@ static void load_cases(void) {
         cr_assert_not_null(c->body, CASES ":%zu: no \"body\"", lineno);
         const json_t *max = json_object_get(line, "max_options");
         cr_assert(!max || json_is_integer(max), CASES ":%zu: bad \"max_options\"", lineno);
-        c->max_options = max ? (unsigned)json_integer_value(max) : S1_MAX_CHOICE_OPTIONS;
+        c->max_options = max ? (unsigned)json_integer_value(max) : S1Q_MAX_CHOICE_OPTIONS;
         const json_t *error = json_object_get(line, "error");
         cr_assert(json_is_string(error) || json_is_null(error),
                   CASES ":%zu: \"error\" must be a string or null", lineno);
@@ -195,7 +195,7 @@ Test(s1, multibyte_option_cut_to_a_tiny_buffer) {
     };
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         char err[64];
-        cr_assert_eq(s1_validate_request(body, S1_MAX_CHOICE_OPTIONS, err, cuts[i].errlen),
+        cr_assert_eq(s1_validate_request(body, S1Q_MAX_CHOICE_OPTIONS, err, cuts[i].errlen),
                      TANDEM_ERR_FORMAT);
         cr_expect_str_eq(err, cuts[i].want, "errlen %zu", cuts[i].errlen);
     }
@@ -204,16 +204,16 @@ Test(s1, multibyte_option_cut_to_a_tiny_buffer) {
 
 Test(s1, null_body) {
     char err[256] = "";
-    cr_expect_eq(s1_validate_request(NULL, S1_MAX_CHOICE_OPTIONS, err, sizeof err),
+    cr_expect_eq(s1_validate_request(NULL, S1Q_MAX_CHOICE_OPTIONS, err, sizeof err),
                  TANDEM_ERR_FORMAT);
     cr_expect_str_eq(err, "request body: expected a JSON object, got nothing");
-    cr_expect_eq(s1_validate_request(NULL, S1_MAX_CHOICE_OPTIONS, NULL, 0), TANDEM_ERR_FORMAT);
+    cr_expect_eq(s1_validate_request(NULL, S1Q_MAX_CHOICE_OPTIONS, NULL, 0), TANDEM_ERR_FORMAT);
 }
 
 /* 1 to 60 options against openjev's 52 and a limit of 1. */
 Test(s1, option_limit_is_the_models) {
-    for (unsigned limit = 1; limit <= S1_OPENJEV_MAX_CHOICE_OPTIONS;
-         limit += S1_OPENJEV_MAX_CHOICE_OPTIONS - 1) {
+    for (unsigned limit = 1; limit <= S1Q_OPENJEV_MAX_CHOICE_OPTIONS;
+         limit += S1Q_OPENJEV_MAX_CHOICE_OPTIONS - 1) {
         json_t *crit = json_object();
         json_t *body = json_pack("{s:s, s:{s:{s:s, s:s, s:o}}}", "state", "s", "questions", "q",
                                  "type", "choice", "instructions", "Pick.", "criteria", crit);

@@ -221,7 +221,7 @@ static bool daemon_accepts(const char *questions, char *why, size_t whylen) {
         snprintf(why, whylen, "invalid JSON: %s", je.text);
         return false;
     }
-    tandem_err e = s1_validate_request(body, S1_MAX_CHOICE_OPTIONS, why, whylen);
+    tandem_err e = s1_validate_request(body, S1Q_MAX_CHOICE_OPTIONS, why, whylen);
     json_decref(body);
     return e == TANDEM_OK;
 }

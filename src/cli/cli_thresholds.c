@@ -85,7 +85,7 @@ static int check_questions(const struct config_pipeline *pl, const struct evalse
     for (size_t c = 0; c < set->n_cases; c++)
         for (size_t i = 0; i < set->cases[c].n_questions; i++) {
             const struct evalset_question *q = &set->cases[c].q[i];
-            if (q->has_gold && q->type == EVALSET_TYPE_NOUL &&
+            if (q->has_gold && q->type == S1Q_TYPE_NOUL &&
                 check_question(pl, set, &set->cases[c], q, err, errlen))
                 return 1;
         }

@@ -501,7 +501,7 @@ static int add_sections(json_t *summary, const struct eval_run *run, const struc
 static bool has_choice(const struct evalset *set) {
     for (size_t c = 0; c < set->n_cases; c++)
         for (size_t q = 0; q < set->cases[c].n_questions; q++)
-            if (set->cases[c].q[q].type == EVALSET_TYPE_CHOICE)
+            if (set->cases[c].q[q].type == S1Q_TYPE_CHOICE)
                 return true;
     return false;
 }

@@ -89,7 +89,7 @@ static json_t *item_json(const struct eval_run *ref, const struct eval_run *cand
     const double *r = eval_run_dist(cand, it->c, 0, it->q);
     size_t tp = metrics_top(p, q->n_options), tr = metrics_top(r, q->n_options);
     json_t *j = json_pack("{s:s,s:s,s:s,s:f,s:f,s:b,s:b,s:o,s:f,s:o,s:f}", "case", cs->id,
-                          "question", q->id, "type", evalset_type_name(q->type), "kl", it->kl,
+                          "question", q->id, "type", s1q_type_name(q->type), "kl", it->kl,
                           "max_dp", it->max_dp, "agree", it->agree, "sure", it->sure,
                           "ref_answer", summary_answer_json(q, tp), "ref_p", p[tp],
                           "cand_answer", summary_answer_json(q, tr), "cand_p", r[tr]);
@@ -178,7 +178,7 @@ json_t *drift_compare(const struct eval_run *ref, const char *ref_model,
     if (!items)
         return NULL;
     size_t n = 0, skipped = 0;
-    struct agg all = {0}, by_type[EVALSET_TYPE_COUNT] = {{0}};
+    struct agg all = {0}, by_type[S1Q_TYPE_COUNT] = {{0}};
     for (size_t c = 0; c < set->n_cases; c++)
         for (size_t q = 0; q < set->cases[c].n_questions; q++) {
             struct item it;
@@ -196,8 +196,8 @@ json_t *drift_compare(const struct eval_run *ref, const char *ref_model,
     qsort(items, n, sizeof *items, worst_first);
     for (size_t i = 0; worst && i < n && i < o->top; i++)
         json_array_append_new(worst, item_json(ref, cand, &items[i]));
-    for (int t = 0; types && t < EVALSET_TYPE_COUNT; t++)
-        json_object_set_new(types, evalset_type_name((enum evalset_type)t), agg_json(&by_type[t]));
+    for (int t = 0; types && t < S1Q_TYPE_COUNT; t++)
+        json_object_set_new(types, s1q_type_name((enum s1q_type)t), agg_json(&by_type[t]));
     mem_free(items);
     json_t *errors = errors_json(ref, "ref"), *cerr = errors_json(cand, "cand");
     json_array_extend(errors, cerr);

@@ -76,12 +76,12 @@ static tandem_err parse_question_answer(const struct evalset_question *q, const 
         return TANDEM_ERR_FORMAT;
     }
     const char *type = json_string_value(json_object_get(a, "type"));
-    if (type && strcmp(type, evalset_type_name(q->type))) {
+    if (type && strcmp(type, s1q_type_name(q->type))) {
         tandem_errmsg(err, errlen, "answers.%s.type: \"%s\", but the question is %s", q->id,
-                      type, evalset_type_name(q->type));
+                      type, s1q_type_name(q->type));
         return TANDEM_ERR_FORMAT;
     }
-    if (q->type == EVALSET_TYPE_NOUL) {
+    if (q->type == S1Q_TYPE_NOUL) {
         snprintf(where, sizeof where, "answers.%s.noul", q->id);
         tandem_err e = read_prob(json_object_get(a, "noul"), where, &p[0], err, errlen);
         if (e)

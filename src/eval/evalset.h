@@ -23,18 +23,6 @@
 #define EVALSET_MAX_QUESTIONS 256u     /* questions in one case */
 #define EVALSET_MAX_REPORTED_ERRORS 20 /* bad lines listed before the loader stops */
 
-/* The names these had before the question contract moved to proto/s1q.h,
- * kept while other code still says them (one sed at the merge retires them:
- * see the contract's report). */
-#define EVALSET_MAX_CHOICE_OPTIONS S1Q_MAX_CHOICE_OPTIONS
-#define EVALSET_MAX_SCORE_LEVELS S1Q_MAX_SCORE_LEVELS
-#define evalset_type s1q_type
-#define EVALSET_TYPE_CHOICE S1Q_TYPE_CHOICE
-#define EVALSET_TYPE_SCORE S1Q_TYPE_SCORE
-#define EVALSET_TYPE_NOUL S1Q_TYPE_NOUL
-#define EVALSET_TYPE_COUNT S1Q_TYPE_COUNT
-#define evalset_type_name s1q_type_name
-
 struct evalset_question {
     char *id;               /* the question id, as in the request */
     enum s1q_type type;

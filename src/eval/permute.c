@@ -89,7 +89,7 @@ void permute_orders(uint64_t seed, size_t case_index, size_t question, size_t n,
 /* Whether q is asked in other orders: a choice question of two or more
  * options (the contract allows one, which has no other order). */
 static bool permutable(const struct evalset_question *q) {
-    return q->type == EVALSET_TYPE_CHOICE && q->n_options >= 2;
+    return q->type == S1Q_TYPE_CHOICE && q->n_options >= 2;
 }
 
 /* A copy of choice question jq (borrowed) whose criteria keys follow perm. */

@@ -22,9 +22,9 @@ json_t *summary_number(double x) { return isfinite(x) ? json_real(x) : json_null
 
 json_t *summary_answer_json(const struct evalset_question *q, size_t i) {
     switch (q->type) {
-    case EVALSET_TYPE_CHOICE: return json_string(q->options[i]);
-    case EVALSET_TYPE_SCORE: return json_integer((json_int_t)i);
-    case EVALSET_TYPE_NOUL: return json_boolean(i == 0);
+    case S1Q_TYPE_CHOICE: return json_string(q->options[i]);
+    case S1Q_TYPE_SCORE: return json_integer((json_int_t)i);
+    case S1Q_TYPE_NOUL: return json_boolean(i == 0);
     }
     return json_null();
 }
@@ -165,7 +165,7 @@ static struct stab stability_of(const struct eval_run *run, size_t c, size_t q) 
 /* {"answer": count, ...} of the top answers over the repeats of question q. */
 static json_t *top_counts(const struct eval_run *run, size_t c, size_t q) {
     const struct evalset_question *qq = &run->set->cases[c].q[q];
-    unsigned counts[EVALSET_MAX_CHOICE_OPTIONS] = {0};
+    unsigned counts[S1Q_MAX_CHOICE_OPTIONS] = {0};
     for (unsigned r = 0; r < run->repeat; r++) {
         const double *p = eval_run_dist(run, c, r, q);
         if (p)
@@ -195,7 +195,7 @@ struct pass {
 static void score_question(struct pass *ps, size_t c, size_t q) {
     const struct evalset_question *qq = &ps->run->set->cases[c].q[q];
     size_t grp = 1 + (size_t)qq->type;
-    bool is_score = qq->type == EVALSET_TYPE_SCORE;
+    bool is_score = qq->type == S1Q_TYPE_SCORE;
     for (unsigned r = 0; qq->has_gold && r < ps->run->repeat; r++) {
         const double *p = eval_run_dist(ps->run, c, r, q);
         if (!p)
@@ -215,7 +215,7 @@ static json_t *result_json(const struct eval_run *run, size_t c, size_t q,
     const struct evalset_case *cs = &run->set->cases[c];
     const struct evalset_question *qq = &cs->q[q];
     json_t *item = json_pack("{s:s,s:s,s:s}", "case", cs->id, "question", qq->id, "type",
-                             evalset_type_name(qq->type));
+                             s1q_type_name(qq->type));
     json_object_set_new(item, "gold",
                         qq->has_gold ? summary_answer_json(qq, qq->gold) : json_null());
     const double *p = st->ok ? eval_run_dist(run, c, st->first_r, q) : NULL;

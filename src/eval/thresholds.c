@@ -74,9 +74,9 @@ static tandem_err collect_groups(const struct evalset *set, struct groups *gs, c
     for (size_t c = 0; c < set->n_cases; c++)
         for (size_t i = 0; i < set->cases[c].n_questions; i++) {
             const struct evalset_question *q = &set->cases[c].q[i];
-            if (!q->has_gold || q->type == EVALSET_TYPE_SCORE)
+            if (!q->has_gold || q->type == S1Q_TYPE_SCORE)
                 continue;
-            struct group *g = group_of(gs, q->type == EVALSET_TYPE_NOUL ? q->id : NULL);
+            struct group *g = group_of(gs, q->type == S1Q_TYPE_NOUL ? q->id : NULL);
             if (!g) {
                 tandem_errmsg(err, errlen, "out of memory");
                 return TANDEM_ERR_NOMEM;
@@ -159,11 +159,11 @@ static int fill_groups(const struct eval_run *run, const struct thresholds_param
         unsigned r = first_answered(run, c);
         for (size_t i = 0; r < run->repeat && i < set->cases[c].n_questions; i++) {
             const struct evalset_question *q = &set->cases[c].q[i];
-            if (!q->has_gold || q->type == EVALSET_TYPE_SCORE)
+            if (!q->has_gold || q->type == S1Q_TYPE_SCORE)
                 continue;
             const double *d = eval_run_dist(run, c, r, i);
-            struct group *g = group_of(gs, q->type == EVALSET_TYPE_NOUL ? q->id : NULL);
-            if (q->type == EVALSET_TYPE_CHOICE)
+            struct group *g = group_of(gs, q->type == S1Q_TYPE_NOUL ? q->id : NULL);
+            if (q->type == S1Q_TYPE_CHOICE)
                 g->a[g->n++] = (struct metrics_answer){choice_confidence(d, q->n_options),
                                                        metrics_top(d, q->n_options) == q->gold};
             else

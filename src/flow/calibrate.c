@@ -161,12 +161,12 @@ struct fitter {
     struct calibrate_fit *out;
 };
 
-static bool in_group(const struct calibrate_answer *a, enum evalset_type t, int bucket) {
+static bool in_group(const struct calibrate_answer *a, enum s1q_type t, int bucket) {
     return a->type == t && (bucket < 0 || a->bucket == (size_t)bucket);
 }
 
 /* Gathers the answers of the group and split into f->scratch; returns how many. */
-static size_t select_items(struct fitter *f, enum evalset_type t, int bucket, bool held) {
+static size_t select_items(struct fitter *f, enum s1q_type t, int bucket, bool held) {
     size_t n = 0;
     for (size_t i = 0; i < f->n_ans; i++)
         if (f->ans[i].held == held && in_group(&f->ans[i], t, bucket))
@@ -176,15 +176,15 @@ static size_t select_items(struct fitter *f, enum evalset_type t, int bucket, bo
 
 /* The power that turns a served answer into the one served at temperatures ts. */
 static double power_for(const struct calib_temps *served, const struct calib_temps *ts,
-                        enum evalset_type t, size_t n) {
-    const char *name = evalset_type_name(t);
+                        enum s1q_type t, size_t n) {
+    const char *name = s1q_type_name(t);
     return calib_temps_lookup(served, name, n) / calib_temps_lookup(ts, name, n);
 }
 
 /* Held-out NLL and ECE of the group's answers when served at temperatures ts. */
-static void held_metrics(const struct fitter *f, enum evalset_type t, int bucket,
+static void held_metrics(const struct fitter *f, enum s1q_type t, int bucket,
                          const struct calib_temps *ts, double *nll, double *ece) {
-    double q[EVALSET_MAX_CHOICE_OPTIONS + 1], sum = 0;
+    double q[S1Q_MAX_CHOICE_OPTIONS + 1], sum = 0;
     size_t n = 0;
     struct metrics_calib mc;
     metrics_calib_init(&mc);
@@ -204,9 +204,9 @@ static void held_metrics(const struct fitter *f, enum evalset_type t, int bucket
 
 static void group_name(const struct calibrate_group *g, char *out, size_t cap) {
     if (g->bucket < 0)
-        snprintf(out, cap, "%s", evalset_type_name(g->type));
+        snprintf(out, cap, "%s", s1q_type_name(g->type));
     else
-        snprintf(out, cap, "%s.%s", evalset_type_name(g->type),
+        snprintf(out, cap, "%s.%s", s1q_type_name(g->type),
                  calib_bucket_name((size_t)g->bucket));
 }
 
@@ -215,7 +215,7 @@ static size_t bucket_probe(size_t b) { return b == 0 ? 2 : b == 1 ? 3 : b == 2 ?
 
 /* The group's temperature in ts: the type's key, or what its bucket uses. */
 static double group_temp(const struct calibrate_group *g, const struct calib_temps *ts) {
-    const char *type = evalset_type_name(g->type);
+    const char *type = s1q_type_name(g->type);
     return g->bucket < 0 ? calib_temps_get(ts, type)
                          : calib_temps_lookup(ts, type, bucket_probe((size_t)g->bucket));
 }
@@ -225,7 +225,7 @@ static double group_temp(const struct calibrate_group *g, const struct calib_tem
  * and adopts cand when its NLL is lower. A bucket's new temperature is its
  * served one over a: the fit is against the served answers. */
 static void fit_group(struct fitter *f, struct calibrate_group *g) {
-    const char *type = evalset_type_name(g->type);
+    const char *type = s1q_type_name(g->type);
     struct calib_temps *now = &f->out->now, cand = *now;
     g->a = calib_fit(f->scratch, select_items(f, g->type, g->bucket, false));
     g->fitted = true;
@@ -247,7 +247,7 @@ static void fit_group(struct fitter *f, struct calibrate_group *g) {
                  g->nll_after);
 }
 
-static struct calibrate_group *add_group(struct fitter *f, enum evalset_type t, int bucket) {
+static struct calibrate_group *add_group(struct fitter *f, enum s1q_type t, int bucket) {
     struct calibrate_group *g = &f->out->groups[f->out->n_groups++];
     *g = (struct calibrate_group){.type = t, .bucket = bucket, .a = NAN, .t_old = NAN,
                                   .t_new = NAN, .nll_before = NAN, .nll_after = NAN,
@@ -259,7 +259,7 @@ static struct calibrate_group *add_group(struct fitter *f, enum evalset_type t, 
 
 /* The bucket fits of type t: buckets with min_bucket answers in both
  * splits, when the type's answers span more than one bucket. */
-static void fit_buckets(struct fitter *f, enum evalset_type t) {
+static void fit_buckets(struct fitter *f, enum s1q_type t) {
     size_t used = 0, n[CALIB_BUCKETS][2] = {{0}};
     for (size_t i = 0; i < f->n_ans; i++)
         if (f->ans[i].type == t)
@@ -274,8 +274,8 @@ static void fit_buckets(struct fitter *f, enum evalset_type t) {
 /* Every type with answers, then its buckets. */
 static void fit_all(struct fitter *f) {
     f->out->now = *f->served;
-    for (int t = 0; t < EVALSET_TYPE_COUNT; t++) {
-        struct calibrate_group *g = add_group(f, (enum evalset_type)t, -1);
+    for (int t = 0; t < S1Q_TYPE_COUNT; t++) {
+        struct calibrate_group *g = add_group(f, (enum s1q_type)t, -1);
         if (!g->n_train && !g->n_held) {
             f->out->n_groups--;
             continue;
@@ -288,7 +288,7 @@ static void fit_all(struct fitter *f) {
         }
         fit_group(f, g);
         f->out->n_fitted++;
-        fit_buckets(f, (enum evalset_type)t);
+        fit_buckets(f, (enum s1q_type)t);
     }
 }
 
@@ -311,7 +311,7 @@ json_t *calibrate_group_json(const struct calibrate_group *g) {
     char name[64];
     group_name(g, name, sizeof name);
     return json_pack("{s:s,s:s,s:o,s:I,s:I,s:b,s:o,s:o,s:o,s:b,s:o,s:o,s:o,s:o,s:o}", "group",
-                     name, "type", evalset_type_name(g->type), "bucket",
+                     name, "type", s1q_type_name(g->type), "bucket",
                      g->bucket < 0 ? json_null()
                                    : json_string(calib_bucket_name((size_t)g->bucket)),
                      "n_train", (json_int_t)g->n_train, "n_held", (json_int_t)g->n_held,
@@ -354,7 +354,7 @@ struct cal {
 
 static json_t *question_prediction(const struct cal *k, size_t c, size_t q) {
     const struct evalset_question *qq = &k->set->cases[c].q[q];
-    double p[EVALSET_MAX_CHOICE_OPTIONS + 1];
+    double p[S1Q_MAX_CHOICE_OPTIONS + 1];
     calib_apply(eval_run_dist(k->run, c, 0, q), qq->n_options,
                 power_for(&k->m.temps, &k->fit.now, qq->type, qq->n_options), p);
     json_t *options = json_array(), *probs = json_array();
@@ -363,7 +363,7 @@ static json_t *question_prediction(const struct cal *k, size_t c, size_t q) {
         json_array_append_new(probs, json_real(p[i]));
     }
     return json_pack("{s:s,s:s,s:s,s:o,s:o}", "case", k->set->cases[c].id, "question", qq->id,
-                     "type", evalset_type_name(qq->type), "options", options, "p", probs);
+                     "type", s1q_type_name(qq->type), "options", options, "p", probs);
 }
 
 /* What the copy will serve for every question of the set, in dataset order. */
@@ -592,7 +592,7 @@ static tandem_err fit(struct cal *k) {
         return TANDEM_OK;
     say(k, true, "%s: no question type can be fitted:", k->p->data);
     for (size_t i = 0; i < k->fit.n_groups; i++)
-        say(k, false, "  %s: %s", evalset_type_name(k->fit.groups[i].type),
+        say(k, false, "  %s: %s", s1q_type_name(k->fit.groups[i].type),
             k->fit.groups[i].note);
     if (!k->fit.n_groups)
         say(k, false, "  no question has a gold answer");

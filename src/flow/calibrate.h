@@ -28,7 +28,7 @@
 #define CALIBRATE_MIN_TYPE_TRAIN 10 /* training answers a type fit needs */
 #define CALIBRATE_MIN_TYPE_HELD 5   /* held-out answers a type fit needs */
 /* Groups one fit can hold: each type, and each of its buckets. */
-#define CALIBRATE_GROUPS_MAX (EVALSET_TYPE_COUNT * (1 + CALIB_BUCKETS))
+#define CALIBRATE_GROUPS_MAX (S1Q_TYPE_COUNT * (1 + CALIB_BUCKETS))
 
 /* One calibration. Every pointer is borrowed for the call. */
 struct calibrate_params {
@@ -100,14 +100,14 @@ void calibrate_model_close(struct calibrate_model *m);
 /* One scored answer with gold. */
 struct calibrate_answer {
     struct calib_item it;   /* the served distribution and the gold; borrowed */
-    enum evalset_type type;
+    enum s1q_type type;
     size_t bucket;          /* calib_bucket(it.n) */
     bool held;              /* in the held-out split */
 };
 
 /* One fit: a type (bucket -1) or one of its option-count buckets. */
 struct calibrate_group {
-    enum evalset_type type;
+    enum s1q_type type;
     int bucket;              /* -1: the whole type, else the bucket index */
     size_t n_train, n_held;
     bool fitted, kept;

@@ -14,13 +14,6 @@
 #include "base/err.h"
 #include "proto/s1q.h"
 
-/* The API's limits, as the question contract (proto/s1q.h) defines them; a
- * model may accept fewer choice options (openjev: 52). */
-#define S1_MAX_CHOICE_OPTIONS S1Q_MAX_CHOICE_OPTIONS
-#define S1_OPENJEV_MAX_CHOICE_OPTIONS S1Q_OPENJEV_MAX_CHOICE_OPTIONS
-#define S1_MIN_SCORE_LEVELS S1Q_MIN_SCORE_LEVELS
-#define S1_MAX_SCORE_LEVELS S1Q_MAX_SCORE_LEVELS
-
 /* Checks a parsed POST /v1/systemone body (borrowed, not modified) against
  * the request contract:
  *   - the body is an object;
@@ -32,7 +25,7 @@
  *     by type:
  *       choice: required object, option -> description (string, object, array
  *               or null), 1 to max_options options;
- *       score:  required array of S1_MIN_SCORE_LEVELS to S1_MAX_SCORE_LEVELS
+ *       score:  required array of S1Q_MIN_SCORE_LEVELS to S1Q_MAX_SCORE_LEVELS
  *               level descriptions (string, object or array), lowest first;
  *       noul:   optional (null counts as absent); an object whose only keys are
  *               "true" and/or "false" (string, object, array or null);
@@ -40,8 +33,8 @@
  * Unknown extra fields, at the top level and inside questions, are allowed:
  * clients add their own and the engine ignores them. Question ids must be
  * non-empty; otherwise they and option names are the caller's, passed
- * verbatim. max_options is the loaded model's limit (S1_MAX_CHOICE_OPTIONS
- * normally, S1_OPENJEV_MAX_CHOICE_OPTIONS for openjev).
+ * verbatim. max_options is the loaded model's limit (S1Q_MAX_CHOICE_OPTIONS
+ * normally, S1Q_OPENJEV_MAX_CHOICE_OPTIONS for openjev).
  * Returns TANDEM_OK, or TANDEM_ERR_FORMAT for the first problem found (body
  * NULL included) with err[errlen] (optional, caller-owned output) set to
  * "<field path>: <what is wrong>", e.g. "questions.route.criteria: expected
@@ -51,7 +44,7 @@ tandem_err s1_validate_request(const json_t *body, unsigned max_options, char *e
                                size_t errlen);
 
 /* The choice options a model of decision type decision_type takes:
- * S1_OPENJEV_MAX_CHOICE_OPTIONS for "openjev", S1_MAX_CHOICE_OPTIONS otherwise. */
+ * S1Q_OPENJEV_MAX_CHOICE_OPTIONS for "openjev", S1Q_MAX_CHOICE_OPTIONS otherwise. */
 unsigned s1_max_options(const char *decision_type);
 
 /* Returns the body's "model" string, or NULL when body is not an object or

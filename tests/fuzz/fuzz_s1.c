@@ -105,10 +105,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         json_t *body = json_loadb((const char *)data, size, flags[i], &je);
         if (!body)
             continue;
-        validate(body, S1_MAX_CHOICE_OPTIONS);
-        validate(body, S1_OPENJEV_MAX_CHOICE_OPTIONS);
-        if (s1_validate_request(body, S1_OPENJEV_MAX_CHOICE_OPTIONS, NULL, 0) == TANDEM_OK &&
-            s1_validate_request(body, S1_MAX_CHOICE_OPTIONS, NULL, 0) != TANDEM_OK)
+        validate(body, S1Q_MAX_CHOICE_OPTIONS);
+        validate(body, S1Q_OPENJEV_MAX_CHOICE_OPTIONS);
+        if (s1_validate_request(body, S1Q_OPENJEV_MAX_CHOICE_OPTIONS, NULL, 0) == TANDEM_OK &&
+            s1_validate_request(body, S1Q_MAX_CHOICE_OPTIONS, NULL, 0) != TANDEM_OK)
             abort(); /* a lower limit can only reject more */
         as_pipeline(body);
         const char *model = s1_request_model(body);
