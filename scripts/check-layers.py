@@ -7,7 +7,13 @@ docs/architecture.md, so the document and the check cannot disagree. The rules:
   - every folder of src/ is a row of the table, and every row is a folder;
   - a project include is written "folder/name.h" (or a header generated into build/gen/:
     "version.h", "openapi_yaml.h", "ui_assets.h"),
-    names an existing header, and its folder is the includer's own or one its row allows.
+    names an existing header, and its folder is the includer's own or one its row allows;
+  - no include circle between modules. A module is foo.c + foo.h, together with the files
+    it is cut into: foo_bar.{c,h} whose header one of its files includes (api.c includes
+    api_internal.h, so api_local.c and api_proxy.c are api's). Its files may include each
+    other; two modules may not, directly or through others;
+  - a command (cli/cmd_*.c) includes no other command's header: shared code lives in a
+    cli_ helper or in a layer below.
 
 Usage: check-layers.py [--root DIR]   check the tree at DIR (default: this repository)
        check-layers.py --self-test    check that each rule refuses a tree that breaks it
@@ -72,6 +78,73 @@ def check_includes(root, path, folder, layers):
                    f"see docs/architecture.md, Layers)")
 
 
+def read_includes(src):
+    """Returns {stem: set of project stems it includes} for every file of src ("serve/api")."""
+    graph = {}
+    for path in src.glob("*/*.[ch]"):
+        stem = str(path.relative_to(src).with_suffix(""))
+        targets = graph.setdefault(stem, set())
+        for line in path.read_text(encoding="utf-8").splitlines():
+            m = INCLUDE.match(line)
+            if m and m.group(1).endswith(".h") and m.group(1).count("/") == 1:
+                targets.add(m.group(1)[:-2])
+    return graph
+
+
+def module_of(graph):
+    """Returns {stem: the module it belongs to}: foo, or foo when foo's files include foo_bar.h."""
+    owner = {stem: stem for stem in graph}
+    for stem in sorted(graph, key=len):
+        members, grown = {stem}, True
+        while grown:
+            grown = False
+            for member in list(members):
+                for t in graph.get(member, ()):
+                    if t.startswith(stem + "_") and t in graph and t not in members:
+                        members.add(t)
+                        grown = True
+        for member in members:
+            if owner[member] == member:
+                owner[member] = owner[stem]
+    return owner
+
+
+def check_circles(src):
+    """Yields one message per include circle between modules of src."""
+    graph = read_includes(src)
+    owner = module_of(graph)
+    edges = {}
+    for stem, targets in graph.items():
+        edges.setdefault(owner[stem], set()).update(
+            owner.get(t, t) for t in targets if owner.get(t, t) != owner[stem])
+    state, path = {}, []
+
+    def visit(u):
+        state[u] = 1
+        path.append(u)
+        for v in sorted(edges.get(u, ())):
+            if state.get(v) == 1:
+                yield "src/: include circle: " + " -> ".join(path[path.index(v):] + [v])
+            elif v not in state:
+                yield from visit(v)
+        path.pop()
+        state[u] = 2
+
+    for u in sorted(edges):
+        if u not in state:
+            yield from visit(u)
+
+
+def check_commands(src):
+    """Yields one message per command that includes another command's header."""
+    for path in sorted((src / "cli").glob("cmd_*.c")):
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            m = INCLUDE.match(line)
+            if m and m.group(1).startswith("cli/cmd_") and m.group(1) != f"cli/{path.stem}.h":
+                yield (f"src/cli/{path.name}:{lineno}: #include \"{m.group(1)}\": a command "
+                       "includes another command; move what they share to a cli_ helper or below")
+
+
 def check(root):
     """Returns the list of violations in the tree at root (empty when clean)."""
     layers = read_layers(root / "docs" / "architecture.md")
@@ -91,6 +164,9 @@ def check(root):
                             "docs/architecture.md's layer table")
         else:
             problems.extend(check_includes(root, path, rel.parts[0], layers))
+    problems.extend(check_circles(src))
+    if (src / "cli").is_dir():
+        problems.extend(check_commands(src))
     return problems
 
 
@@ -106,7 +182,7 @@ def run(root):
         print(f"check-layers: {len(problems)} violation(s)", file=sys.stderr)
         return 1
     n = sum(1 for p in (root / "src").rglob("*") if p.suffix in (".c", ".h"))
-    print(f"check-layers: {n} files in src/, no include goes up a layer")
+    print(f"check-layers: {n} files in src/, no include goes up a layer or makes a circle")
     return 0
 
 
@@ -119,6 +195,7 @@ SELF_TEST_DOC = """# t
 | `base/` | the bottom | nothing |
 | `plan/` | above base | `base` |
 | `side/` | beside plan | `base` |
+| `cli/` | commands | `base` |
 ## Next
 | `ghost/` | outside the section, ignored | `base` |
 """
@@ -126,10 +203,15 @@ SELF_TEST_TREE = {
     "src/base/mem.h": "",
     "src/base/mem.c": '#include "base/mem.h"\n',
     "src/plan/plan.h": '#include "base/mem.h"\n',
-    "src/plan/plan.c": '#include "plan/plan.h"\n#include "version.h"\n#include <stdio.h>\n',
+    "src/plan/plan.c": ('#include "plan/plan.h"\n#include "plan/fit.h"\n#include "plan/plan_cut.h"\n'
+                        '#include "version.h"\n#include <stdio.h>\n'),
+    "src/plan/plan_cut.h": "",
+    "src/plan/fit.h": "",
     "src/side/side.c": '#include "base/mem.h"\n',
+    "src/cli/cmd_a.h": "",
+    "src/cli/cmd_b.h": "",
 }
-SELF_TEST_CASES = [  # (file added or replaced, its text, the message expected)
+SELF_TEST_CASES = [  # (file added or replaced, its text, the message expected or None)
     ("src/base/mem.c", '#include "plan/plan.h"\n',
      'src/base/mem.c:1: #include "plan/plan.h": goes up a layer (base/ may include no other folder'),
     ("src/side/side.c", '\n  # include "plan/plan.h"\n',
@@ -137,6 +219,11 @@ SELF_TEST_CASES = [  # (file added or replaced, its text, the message expected)
     ("src/plan/plan.c", '#include "mem.h"\n', 'write project includes as "folder/name.h"'),
     ("src/plan/plan.c", '#include "../base/mem.h"\n', 'write project includes as "folder/name.h"'),
     ("src/plan/plan.c", '#include "base/nope.h"\n', "no such header src/base/nope.h"),
+    ("src/plan/fit.c", '#include "plan/plan.h"\n',
+     "src/: include circle: plan/fit -> plan/plan -> plan/fit"),
+    ("src/plan/plan_cut.c", '#include "plan/plan.h"\n', None),  # a cut of plan: no circle
+    ("src/cli/cmd_a.c", '#include "cli/cmd_a.h"\n#include "cli/cmd_b.h"\n',
+     'src/cli/cmd_a.c:2: #include "cli/cmd_b.h": a command includes another command'),
     ("src/loose.c", "", "src/loose.c: a source file at the top of src/"),
     ("src/plan/deep/x.h", "", "src/plan/deep/x.h: a source file in a nested folder"),
     ("src/extra/x.c", "", "folder src/extra/ is not a row"),
@@ -171,7 +258,9 @@ def self_test():
                 got = check(root)
             except TableError as e:
                 got = [str(e)]
-            if not any(expected in g for g in got):
+            if expected is None and got:
+                failures.append(f"{name} with {text!r}: expected no violation, got {got}")
+            elif expected is not None and not any(expected in g for g in got):
                 failures.append(f"{name} with {text!r}: expected '{expected}', got {got}")
     for f in failures:
         print(f"check-layers self-test: {f}", file=sys.stderr)

@@ -1,8 +1,10 @@
-/* Unit tests for utf8: sequence lengths at the edges of RFC 3629, and the
- * U+FFFD replacement, one per byte that does not start a valid sequence. */
+/* Unit tests for utf8 and jstr: sequence lengths at the edges of RFC 3629,
+ * the U+FFFD replacement, one per byte that does not start a valid sequence,
+ * and the lossy JSON string built on it. */
 #include <criterion/criterion.h>
 #include <string.h>
 
+#include "base/jstr.h"
 #include "base/mem.h"
 #include "base/utf8.h"
 
@@ -28,32 +30,38 @@ Test(utf8, invalid_sequences) {
 
 Test(utf8, sanitize_replaces_each_bad_byte) {
     const char in[] = "ok \xff caf\xc3\xa9 \xe2\x98";
-    size_t len = 0;
-    char *out = utf8_sanitize(in, sizeof in - 1, &len);
-    cr_assert_not_null(out);
+    char out[3 * sizeof in];
+    size_t len = utf8_sanitize(in, sizeof in - 1, out);
     /* per byte: the cut \xe2\x98 becomes two (Python's decoder would give one) */
     const char want[] = "ok \xef\xbf\xbd caf\xc3\xa9 \xef\xbf\xbd\xef\xbf\xbd";
     cr_expect_eq(len, sizeof want - 1);
     cr_expect_eq(memcmp(out, want, sizeof want), 0);
-    mem_free(out);
 }
 
 Test(utf8, sanitize_keeps_nul_and_valid_text) {
     const char in[] = "a\0b\xc3\xa9";
-    size_t len = 0;
-    char *out = utf8_sanitize(in, sizeof in - 1, &len);
-    cr_assert_not_null(out);
+    char out[3 * sizeof in];
+    size_t len = utf8_sanitize(in, sizeof in - 1, out);
     cr_expect_eq(len, sizeof in - 1);
     cr_expect_eq(memcmp(out, in, sizeof in), 0);
-    mem_free(out);
 }
 
-Test(utf8, sanitize_allocation_failure) {
-    size_t len = 7;
+Test(utf8, lossy_json_string) {
+    json_t *valid = jstr_lossy("caf\xc3\xa9", 5);
+    json_t *bad = jstr_lossy("a\xff", 2);
+    cr_assert_not_null(valid);
+    cr_assert_not_null(bad);
+    cr_expect_str_eq(json_string_value(valid), "caf\xc3\xa9");
+    cr_expect_str_eq(json_string_value(bad), "a\xef\xbf\xbd");
+    json_decref(valid);
+    json_decref(bad);
+}
+
+Test(utf8, lossy_allocation_failure) {
     mem_fail_after(0);
-    char *out = utf8_sanitize("x", 1, &len);
+    json_t *j = jstr_lossy("\xff", 1);
     mem_fail_after(-1);
-    cr_expect_null(out);
+    cr_expect_null(j);
 }
 
 Test(utf8, bad_line_names_the_first_invalid_byte) {

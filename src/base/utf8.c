@@ -3,12 +3,12 @@
  * Decoding follows RFC 3629: a lead byte gives the length, continuation
  * bytes must follow, and overlong forms, surrogates and code points past
  * U+10FFFF are invalid. Replacement is per byte, so a cut sequence of three
- * bytes becomes three U+FFFD; the copy is at most three times the input. */
+ * bytes becomes three U+FFFD; the copy is at most three times the input.
+ * Pure: nothing is allocated here (jstr.c holds the copy), so err.c can
+ * use the trim without a circle through mem. */
 #include "base/utf8.h"
 
 #include <string.h>
-
-#include "base/mem.h"
 
 size_t utf8_seq(const unsigned char *p, size_t n) {
     unsigned c = p[0];
@@ -27,27 +27,23 @@ size_t utf8_seq(const unsigned char *p, size_t n) {
     return len;
 }
 
-char *utf8_sanitize(const char *s, size_t n, size_t *len) {
+size_t utf8_sanitize(const char *s, size_t n, char *out) {
     const unsigned char *p = (const unsigned char *)s;
-    char *copy = mem_alloc_array(n + 1, 3); /* each bad byte grows to 3 */
-    if (!copy)
-        return NULL;
     size_t o = 0;
     for (size_t i = 0; i < n;) {
         size_t k = utf8_seq(p + i, n - i);
         if (k) {
-            memcpy(copy + o, p + i, k);
+            memcpy(out + o, p + i, k);
             o += k;
             i += k;
         } else {
-            memcpy(copy + o, "\xEF\xBF\xBD", 3);
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
             o += 3;
             i++;
         }
     }
-    copy[o] = '\0';
-    *len = o;
-    return copy;
+    out[o] = '\0';
+    return o;
 }
 
 size_t utf8_bad_line(const unsigned char *p, size_t n) {

@@ -11,11 +11,11 @@
  * overlong or surrogate sequence, a code point past U+10FFFF). */
 size_t utf8_seq(const unsigned char *p, size_t n);
 
-/* A NUL-terminated copy of s[n] in which every byte that does not start a
- * valid sequence is replaced by U+FFFD, as Python's decode(errors="replace")
- * does; NUL bytes are kept. Its length goes to *len. The caller frees it with
- * mem_free. NULL on allocation failure. */
-char *utf8_sanitize(const char *s, size_t n, size_t *len);
+/* Writes to out a NUL-terminated copy of s[0..n) in which every byte that
+ * does not start a valid sequence is replaced by U+FFFD, as Python's
+ * decode(errors="replace") does; NUL bytes are kept. out holds at least
+ * 3 * n + 1 bytes. Returns the copy's length. */
+size_t utf8_sanitize(const char *s, size_t n, char *out);
 
 /* Returns the 1-based line of the first byte of p[0..n) that is NUL or does
  * not start a valid UTF-8 sequence, or 0 when the whole text is valid: the

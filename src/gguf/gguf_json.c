@@ -11,20 +11,11 @@
 #include <string.h>
 
 #include "gguf/ggml_types.h"
+#include "base/jstr.h"
 #include "base/mem.h"
-#include "base/utf8.h"
-
-static json_t *sanitized(struct gguf_str s) {
-    size_t len;
-    char *copy = utf8_sanitize(s.ptr ? s.ptr : "", (size_t)s.len, &len);
-    json_t *j = copy ? json_stringn(copy, len) : NULL;
-    mem_free(copy);
-    return j;
-}
 
 json_t *gguf_json_str(struct gguf_str s) {
-    json_t *j = json_stringn(s.ptr ? s.ptr : "", (size_t)s.len);
-    return j ? j : sanitized(s);
+    return jstr_lossy(s.ptr ? s.ptr : "", (size_t)s.len);
 }
 
 static json_t *json_u64(uint64_t v) {

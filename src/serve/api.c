@@ -28,6 +28,7 @@
 
 #include "base/hash.h"
 #include "base/host.h"
+#include "base/jstr.h"
 #include "base/mem.h"
 #include "serve/api_internal.h"
 #include "serve/events.h"
@@ -121,7 +122,7 @@ static bool audit_blocks(struct api *a) {
  * first API_AUDIT_BODY_MAX bytes, as text. */
 static json_t *request_body_json(const struct api_call *c) {
     size_t n = c->body_len < API_AUDIT_BODY_MAX ? c->body_len : API_AUDIT_BODY_MAX;
-    return audit_text(c->body ? c->body : "", n);
+    return jstr_lossy(c->body ? c->body : "", n);
 }
 
 /* Probes and scrapes (/health, /livez, /metrics) are not audited: gateways
@@ -154,12 +155,12 @@ static void audit_call(struct api_call *c, int status, const char *error) {
     if (c->deadline_ms)
         json_object_set_new(rec, "deadline_ms", json_integer(c->deadline_ms));
     if (error)
-        json_object_set_new(rec, "error", audit_text(error, strlen(error)));
+        json_object_set_new(rec, "error", jstr_lossy(error, strlen(error)));
     if (a->p.cfg->log_bodies) {
         json_object_set_new(rec, "request_body", request_body_json(c));
         if (c->response_copy)
             json_object_set_new(rec, "response_body",
-                                audit_text(c->response_copy, strlen(c->response_copy)));
+                                jstr_lossy(c->response_copy, strlen(c->response_copy)));
     }
     audit_write(a->p.audit, rec);
     json_decref(rec);

@@ -45,7 +45,6 @@
 #include <unistd.h>
 
 #include "base/mem.h"
-#include "base/utf8.h"
 
 #define AUDIT_MAX_RECORD ((size_t)1 << 20) /* bytes of JSON, the "\n" not counted */
 #define AUDIT_PENDING_MAX ((size_t)4 << 20) /* lines waiting for the disk, in bytes */
@@ -280,17 +279,6 @@ static void queue_line(struct audit *a, const char *line, size_t n) {
         a->pending_lines++;
     else
         a->dropped++;
-}
-
-json_t *audit_text(const char *s, size_t n) {
-    json_t *j = json_stringn(s, n);
-    if (j)
-        return j;
-    size_t len;
-    char *copy = utf8_sanitize(s, n, &len);
-    j = copy ? json_stringn(copy, len) : NULL;
-    mem_free(copy);
-    return j;
 }
 
 tandem_err audit_write(struct audit *a, const json_t *record) {

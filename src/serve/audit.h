@@ -42,11 +42,6 @@ void audit_free(struct audit *a);
  * serialised). */
 tandem_err audit_write(struct audit *a, const json_t *record);
 
-/* A JSON string of s[n] that always serialises: bytes that are not valid
- * UTF-8 (a client's body, a body cut at the log's limit) become U+FFFD.
- * For the text members of a record. The caller owns it; NULL on OOM. */
-json_t *audit_text(const char *s, size_t n);
-
 /* Writes the pending lines, if any, oldest first, as many as the log takes
  * (each failed attempt counts in errors). TANDEM_OK when none is left,
  * TANDEM_ERR_IO when some still wait. audit_flush(NULL) is TANDEM_OK. */

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/jstr.h"
 #include "base/mem.h"
-#include "base/utf8.h"
 #include "version.h"
 
 const char *const MCP_PROTOCOL_VERSIONS[] = {"2025-11-25", "2025-06-18", "2025-03-26",
@@ -282,17 +282,9 @@ static const json_t *find_tool(const struct mcp *m, const char *name) {
 
 /* s as a JSON string: bytes that are not UTF-8 (a name cut at a buffer's
  * end, a body quoted as is) become U+FFFD, so that the message always exists. */
-static json_t *text_json(const char *s) {
-    size_t n;
-    char *clean = utf8_sanitize(s, strlen(s), &n);
-    json_t *j = clean ? json_stringn(clean, n) : NULL;
-    mem_free(clean);
-    return j;
-}
-
 json_t *mcp_error(const json_t *id, int code, const char *message) {
     return json_pack("{sssOs{siso}}", "jsonrpc", "2.0", "id", id ? id : json_null(), "error",
-                     "code", code, "message", text_json(message));
+                     "code", code, "message", jstr_lossy(message, strlen(message)));
 }
 
 static json_t *server_info(void) {
@@ -345,7 +337,7 @@ static void unsupported(struct mcp_out *out, const json_t *id, const char *asked
     json_t *msg = mcp_error(id, MCP_UNSUPPORTED_VERSION, text);
     json_object_set_new(json_object_get(msg, "error"), "data",
                         json_pack("{soso}", "supported", versions(modern_only), "requested",
-                                  text_json(asked)));
+                                  jstr_lossy(asked, strlen(asked))));
     send(out, msg);
 }
 
@@ -630,7 +622,7 @@ void mcp_handle(struct mcp *m, const char *msg, size_t len, struct mcp_out *out)
 json_t *mcp_progress(const json_t *token, unsigned progress, const char *message) {
     return json_pack("{sssss{sOsIso}}", "jsonrpc", "2.0", "method", "notifications/progress",
                      "params", "progressToken", token, "progress", (json_int_t)progress, "message",
-                     text_json(message));
+                     jstr_lossy(message, strlen(message)));
 }
 
 json_t *mcp_list_changed(void) {
@@ -849,8 +841,8 @@ static void status_summary(const json_t *s, char *buf, size_t cap) {
 
 static json_t *tool_result(const struct mcp_call *call, const char *text, json_t *structured_content,
                            bool is_error) {
-    json_t *r = json_pack("{s[{ssso}]sb}", "content", "type", "text", "text", text_json(text),
-                          "isError", is_error);
+    json_t *r = json_pack("{s[{ssso}]sb}", "content", "type", "text", "text",
+                          jstr_lossy(text, strlen(text)), "isError", is_error);
     if (structured_content && structured(call->version))
         json_object_set(r, "structuredContent", structured_content);
     json_decref(structured_content);
