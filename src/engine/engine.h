@@ -1,9 +1,11 @@
 /* engine.h: the llama-server engine that tandem runs its models on.
  *
- * This module is the only one that knows how llama-server is found, started
- * and spoken to. It finds the binary (flag, environment, the engine installed
- * beside tandem, the cache) and establishes what it is (build, commit, whether
- * it serves /v1/systemone); engine_child.h supervises running children. */
+ * engine/ is the only layer that knows how llama-server and its tools are
+ * found, started and spoken to. This module finds the binary (flag,
+ * environment, the engine installed beside tandem, the cache) and
+ * establishes what it is (build, commit, whether it serves /v1/systemone);
+ * engine_child.h supervises running children, engine_quantize.h and
+ * engine_imatrix.h run the engine's tools. */
 #ifndef TANDEM_ENGINE_H
 #define TANDEM_ENGINE_H
 
