@@ -9,7 +9,11 @@
  * requests and every question's result.
  *
  * The same for the ladder of `tandem quantize --ladder --json`: one row per
- * quantization rung and a plot of file size against the gated flip rate. */
+ * quantization rung and a plot of file size against the gated flip rate.
+ *
+ * One module in three files: report.c (the evaluation report), report_ladder.c
+ * (the ladder's) and report_page.c (the page builder both write with, private
+ * to the module: report_page.h). */
 #ifndef TANDEM_REPORT_H
 #define TANDEM_REPORT_H
 
@@ -49,12 +53,12 @@ tandem_err report_risk_coverage_svg(const json_t *selective, char **out, size_t 
  * budget_source, margin, max_flip_rate, data, reference, imatrix, rungs,
  * recommendation; other members are ignored) as one self-contained HTML
  * document (inline CSS and SVG, no scripts) into *out (as above): a heading
- * with the source, the data and the budget, a table with one row per rung (JSON nulls shown as an en dash, the
- * recommended rung's row of class "recommended"), the recommendation, and
- * the plot of report_ladder_svg(). Returns TANDEM_ERR_FORMAT when a required
- * member is missing or a member has the wrong type (see report.c, the
- * ladder's members), TANDEM_ERR_NOMEM, TANDEM_ERR_TOOBIG past
- * REPORT_MAX_BYTES. */
+ * with the source, the data and the budget, a table with one row per rung
+ * (JSON nulls shown as an en dash, the recommended rung's row of class
+ * "recommended"), the recommendation, and the plot of report_ladder_svg().
+ * Returns TANDEM_ERR_FORMAT when a required member is missing or a member has
+ * the wrong type (see report_ladder.c, the ladder's members),
+ * TANDEM_ERR_NOMEM, TANDEM_ERR_TOOBIG past REPORT_MAX_BYTES. */
 tandem_err report_ladder_html(const json_t *ladder, char **out, size_t *len);
 
 /* Renders the plot of ladder (borrowed, as above) as an SVG document (*out,
