@@ -262,8 +262,8 @@ static int run(const struct decide_opts *o, const struct config *cfg, const json
     if (e == TANDEM_ERR_REFUSED) {
         struct private_daemon_params p = {.command = "tandem decide", .config = o->config,
                                           .llama_server = o->llama_server, .verbose = o->verbose};
-        struct private_daemon *d = private_daemon_start(&p);
-        if (!d)
+        struct private_daemon *d;
+        if (private_daemon_start(&p, &d) != TANDEM_OK)
             return EXIT_FAILED;
         e = post(o, cfg, private_daemon_url(d), req, &status, &answer, err, sizeof err);
         private_daemon_stop(d, e != TANDEM_OK || status >= 500);

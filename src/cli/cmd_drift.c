@@ -271,9 +271,10 @@ int cmd_drift_main(int argc, char **argv, const char *llama_server) {
     struct model_endpoints_params mp = {.command = "tandem drift", .config = config,
                                         .llama_server = llama_server};
     struct model_endpoints *daemons = NULL;
-    if ((rc = model_endpoints_start(&mp, eps, 2, &daemons))) {
+    tandem_err e = model_endpoints_start(&mp, eps, 2, &daemons);
+    if (e != TANDEM_OK) {
         evalset_free(set);
-        return rc;
+        return e == TANDEM_ERR_INVAL ? 2 : 1;
     }
     if (!p.api_key)
         p.api_key = model_endpoints_api_key(daemons);

@@ -589,9 +589,9 @@ static int start_endpoint(struct eval_cli *o, const char *llama_server,
                                 .model = o->p.model};
     struct model_endpoints_params mp = {.command = "tandem eval", .config = o->config,
                                         .llama_server = llama_server};
-    int rc = model_endpoints_start(&mp, &ep, 1, daemons);
-    if (rc)
-        return rc;
+    tandem_err e = model_endpoints_start(&mp, &ep, 1, daemons);
+    if (e != TANDEM_OK)
+        return e == TANDEM_ERR_INVAL ? 2 : 1;
     o->p.endpoint = ep.url;
     o->p.model = ep.model;
     if (!o->p.api_key)

@@ -563,7 +563,7 @@ int cmd_mcp_main(int argc, char **argv, const char *llama_server) {
     if (s.mcp && !up && o.config && !o.url) {
         struct private_daemon_params p = {.command = "tandem mcp", .config = o.config,
                                           .llama_server = o.llama_server, .verbose = o.verbose};
-        if ((d = private_daemon_start(&p))) {
+        if (private_daemon_start(&p, &d) == TANDEM_OK) {
             snprintf(s.url, sizeof s.url, "%s", private_daemon_url(d));
             up = refresh_catalog(&s);
         }

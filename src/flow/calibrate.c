@@ -528,11 +528,11 @@ static tandem_err start_endpoint(struct cal *k) {
                                 .model = k->eval.model};
     struct model_endpoints_params mp = {.command = k->p->command, .no_config = true,
                                         .llama_server = k->p->llama_server};
-    int rc = model_endpoints_start(&mp, &ep, 1, &k->daemons);
+    tandem_err e = model_endpoints_start(&mp, &ep, 1, &k->daemons);
     k->eval.endpoint = ep.url;
     k->eval.model = ep.model;
-    k->res->endpoint_refused = rc == 2;
-    return rc == 0 ? TANDEM_OK : rc == 2 ? TANDEM_ERR_INVAL : TANDEM_ERR_SPAWN;
+    k->res->endpoint_refused = e == TANDEM_ERR_INVAL;
+    return e == TANDEM_OK || e == TANDEM_ERR_INVAL ? e : TANDEM_ERR_SPAWN;
 }
 
 /* Says each failed request; TANDEM_ERR_HTTP when any failed. */

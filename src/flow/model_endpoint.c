@@ -146,7 +146,7 @@ static bool check_configured(struct model_endpoints *e, const struct model_endpo
 }
 
 /* Sets each endpoint's model and tells which daemons are needed. */
-static int classify(struct model_endpoints *e, const struct model_endpoints_params *p,
+static tandem_err classify(struct model_endpoints *e, const struct model_endpoints_params *p,
                     struct model_endpoint *eps, size_t n, bool *configured, bool *files) {
     for (size_t i = 0; i < n; i++) {
         struct model_endpoint *ep = &eps[i];
@@ -154,44 +154,46 @@ static int classify(struct model_endpoints *e, const struct model_endpoints_para
             ep->url = ep->spec;
         } else if (!strncmp(ep->spec, CONFIG_PREFIX, strlen(CONFIG_PREFIX))) {
             if (!check_configured(e, p, ep))
-                return 2;
+                return TANDEM_ERR_INVAL;
             ep->model = ep->spec + strlen(CONFIG_PREFIX);
             *configured = true;
         } else if (!strncmp(ep->spec, FILE_PREFIX, strlen(FILE_PREFIX))) {
             if (!(ep->model = add_file(e, p, ep)))
-                return 2;
+                return TANDEM_ERR_INVAL;
             *files = true;
         } else {
             fprintf(stderr, "%s: %s %s: expected an http:// or https:// URL, config:MODEL or "
                             "file:PATH\n", p->command, ep->flag, ep->spec);
-            return 2;
+            return TANDEM_ERR_INVAL;
         }
     }
-    return 0;
+    return TANDEM_OK;
 }
 
-static struct private_daemon *start(const struct model_endpoints_params *p, const char *config) {
+static tandem_err start(const struct model_endpoints_params *p, const char *config,
+                        struct private_daemon **out) {
     struct private_daemon_params dp = {.command = p->command, .config = config,
                                        .llama_server = p->llama_server, .verbose = p->verbose};
-    return private_daemon_start(&dp);
+    return private_daemon_start(&dp, out);
 }
 
-int model_endpoints_start(const struct model_endpoints_params *p, struct model_endpoint *eps,
-                          size_t n, struct model_endpoints **out) {
+tandem_err model_endpoints_start(const struct model_endpoints_params *p,
+                                 struct model_endpoint *eps, size_t n,
+                                 struct model_endpoints **out) {
     *out = NULL;
     struct model_endpoints *e = mem_calloc(1, sizeof *e);
     if (!e) {
         fprintf(stderr, "%s: out of memory\n", p->command);
-        return 1;
+        return TANDEM_ERR_NOMEM;
     }
     bool configured = false, files = false;
     char path[PATH_MAX];
-    int rc = classify(e, p, eps, n, &configured, &files);
-    if (!rc && configured && !(e->configured = start(p, p->config)))
-        rc = 1;
-    if (!rc && files && (!write_files_config(e, p->command, path, sizeof path) ||
-                         !(e->files = start(p, path))))
-        rc = 1;
+    tandem_err rc = classify(e, p, eps, n, &configured, &files);
+    if (!rc && configured)
+        rc = start(p, p->config, &e->configured);
+    if (!rc && files)
+        rc = write_files_config(e, p->command, path, sizeof path)
+                 ? start(p, path, &e->files) : TANDEM_ERR_IO;
     for (size_t i = 0; !rc && i < n; i++)
         if (!is_url(eps[i].spec))
             eps[i].url = private_daemon_url(strncmp(eps[i].spec, CONFIG_PREFIX, strlen(CONFIG_PREFIX))
@@ -201,7 +203,7 @@ int model_endpoints_start(const struct model_endpoints_params *p, struct model_e
         return rc;
     }
     *out = e;
-    return 0;
+    return TANDEM_OK;
 }
 
 const char *model_endpoints_api_key(const struct model_endpoints *e) {

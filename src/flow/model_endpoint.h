@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "base/err.h"
+
 /* One endpoint to resolve. spec and model are the caller's (borrowed); url
  * and model are set on success, valid until model_endpoints_free. */
 struct model_endpoint {
@@ -35,13 +37,17 @@ struct model_endpoints_params {
 
 struct model_endpoints; /* opaque: the private daemons started */
 
-/* Resolves eps[n], starting the private daemons they need. On 0, *out holds
- * them (free with model_endpoints_free; NULL when none was needed). Returns 2
- * after a message for a spec that is none of the three forms, a config:
- * without --config or naming no model of it, a file: that cannot be read;
- * 1 after a message when a daemon cannot start. */
-int model_endpoints_start(const struct model_endpoints_params *p, struct model_endpoint *eps,
-                          size_t n, struct model_endpoints **out);
+/* Resolves eps[n], starting the private daemons they need. On TANDEM_OK,
+ * *out holds them (free with model_endpoints_free; NULL when none was
+ * needed). On failure *out is NULL and the message, prefixed by p->command,
+ * is on stderr (a daemon's log is part of it, as for private_daemon_start).
+ * Returns TANDEM_ERR_INVAL for a spec that is none of the three forms, a
+ * config: without --config or naming no model of it, a file: that cannot be
+ * read (the user's mistake: a command exits 2); TANDEM_ERR_NOMEM; or
+ * TANDEM_ERR_SPAWN when a daemon cannot start. */
+tandem_err model_endpoints_start(const struct model_endpoints_params *p,
+                                 struct model_endpoint *eps, size_t n,
+                                 struct model_endpoints **out);
 
 /* The API key the config's daemon wants (its first api_keys entry), or NULL. */
 const char *model_endpoints_api_key(const struct model_endpoints *e);

@@ -213,19 +213,20 @@ static bool start(struct private_daemon *d) {
     return wait_ready(d);
 }
 
-struct private_daemon *private_daemon_start(const struct private_daemon_params *p) {
-    struct private_daemon *d = mem_calloc(1, sizeof *d);
+tandem_err private_daemon_start(const struct private_daemon_params *p, struct private_daemon **out) {
+    struct private_daemon *d = *out = mem_calloc(1, sizeof *d);
     if (!d) {
         fprintf(stderr, "%s: out of memory\n", p->command);
-        return NULL;
+        return TANDEM_ERR_NOMEM;
     }
     d->p = *p;
     d->sock = -1;
     if (!start(d)) {
         private_daemon_stop(d, true);
-        return NULL;
+        *out = NULL;
+        return TANDEM_ERR_SPAWN;
     }
-    return d;
+    return TANDEM_OK;
 }
 
 const char *private_daemon_url(const struct private_daemon *d) { return d->url; }

@@ -12,6 +12,8 @@
 
 #include <stdbool.h>
 
+#include "base/err.h"
+
 struct private_daemon; /* opaque */
 
 struct private_daemon_params {
@@ -21,10 +23,12 @@ struct private_daemon_params {
     bool verbose;             /* the child's log on our stderr instead of a file */
 };
 
-/* Starts a daemon and waits until it serves (at most 120 s). Returns it
- * (stop with private_daemon_stop), or NULL after a message on stderr that
- * says why (the log's tail included). */
-struct private_daemon *private_daemon_start(const struct private_daemon_params *p);
+/* Starts a daemon and waits until it serves (at most 120 s); *out holds it
+ * (stop with private_daemon_stop). On failure *out is NULL and the message,
+ * prefixed by p->command, is on stderr: the child's log is the message, so
+ * it is not folded into a buffer. Returns TANDEM_OK, TANDEM_ERR_NOMEM, or
+ * TANDEM_ERR_SPAWN when the daemon could not start or did not get ready. */
+tandem_err private_daemon_start(const struct private_daemon_params *p, struct private_daemon **out);
 
 /* The daemon's base URL, "http://127.0.0.1:PORT". */
 const char *private_daemon_url(const struct private_daemon *d);

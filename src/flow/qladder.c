@@ -168,7 +168,7 @@ static tandem_err serve_and_run(struct qladder *L, const char *path, const char 
                                         .llama_server = L->o.llama_server,
                                         .verbose = L->o.verbose};
     struct model_endpoints *d = NULL;
-    if (model_endpoints_start(&mp, &ep, 1, &d)) {
+    if (model_endpoints_start(&mp, &ep, 1, &d) != TANDEM_OK) {
         tandem_errmsg(err, errlen, "the engine could not serve %s (its log is above)", path);
         return TANDEM_ERR_CHILD;
     }
