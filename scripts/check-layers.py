@@ -13,7 +13,10 @@ docs/architecture.md, so the document and the check cannot disagree. The rules:
     api_internal.h, so api_local.c and api_proxy.c are api's). Its files may include each
     other; two modules may not, directly or through others;
   - a command (cli/cmd_*.c) includes no other command's header: shared code lives in a
-    cli_ helper or in a layer below.
+    cli_ helper or in a layer below;
+  - every allocation goes through base/mem: no malloc, calloc, realloc, strdup, strndup or
+    asprintf outside base/mem.c (free() stays for what a library allocated, such as
+    json_dumps' text).
 
 Usage: check-layers.py [--root DIR]   check the tree at DIR (default: this repository)
        check-layers.py --self-test    check that each rule refuses a tree that breaks it
@@ -30,6 +33,8 @@ import tempfile
 GENERATED = {"version.h", "openapi_yaml.h", "ui_assets.h"}
 ROW = re.compile(r"^\|\s*`([a-z0-9_]+)/`\s*\|[^|]*\|([^|]*)\|\s*$")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]*)"')
+BARE_ALLOC = re.compile(r"(?<![\w.>])(malloc|calloc|realloc|strdup|strndup|v?asprintf)\s*\(")
+ALLOCATOR = "base/mem.c"
 
 
 class TableError(Exception):
@@ -145,6 +150,22 @@ def check_commands(src):
                        "includes another command; move what they share to a cli_ helper or below")
 
 
+def check_allocations(src):
+    """Yields one message per bare allocation outside base/mem.c (comments and strings skipped)."""
+    for path in sorted(src.glob("*/*.[ch]")):
+        rel = path.relative_to(src).as_posix()
+        if rel == ALLOCATOR:
+            continue
+        text = re.sub(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"',
+                      lambda m: re.sub(r"[^\n]", " ", m.group(0)), path.read_text(encoding="utf-8"),
+                      flags=re.S)
+        for lineno, line in enumerate(text.splitlines(), 1):
+            m = BARE_ALLOC.search(line)
+            if m:
+                yield (f"src/{rel}:{lineno}: {m.group(1)}(): allocate through base/mem.h "
+                       "(mem_alloc, mem_strdup, ...)")
+
+
 def check(root):
     """Returns the list of violations in the tree at root (empty when clean)."""
     layers = read_layers(root / "docs" / "architecture.md")
@@ -165,6 +186,7 @@ def check(root):
         else:
             problems.extend(check_includes(root, path, rel.parts[0], layers))
     problems.extend(check_circles(src))
+    problems.extend(check_allocations(src))
     if (src / "cli").is_dir():
         problems.extend(check_commands(src))
     return problems
@@ -182,7 +204,7 @@ def run(root):
         print(f"check-layers: {len(problems)} violation(s)", file=sys.stderr)
         return 1
     n = sum(1 for p in (root / "src").rglob("*") if p.suffix in (".c", ".h"))
-    print(f"check-layers: {n} files in src/, no include goes up a layer or makes a circle")
+    print(f"check-layers: {n} files in src/, no include goes up a layer or makes a circle, no allocation bypasses base/mem")
     return 0
 
 
@@ -224,6 +246,10 @@ SELF_TEST_CASES = [  # (file added or replaced, its text, the message expected o
     ("src/plan/plan_cut.c", '#include "plan/plan.h"\n', None),  # a cut of plan: no circle
     ("src/cli/cmd_a.c", '#include "cli/cmd_a.h"\n#include "cli/cmd_b.h"\n',
      'src/cli/cmd_a.c:2: #include "cli/cmd_b.h": a command includes another command'),
+    ("src/side/side.c", '#include "base/mem.h"\nchar *f(void) { return strdup("x"); }\n',
+     "src/side/side.c:2: strdup(): allocate through base/mem.h"),
+    ("src/side/side.c", '/* calloc(1, 2) in a comment */\nconst char *s = "malloc(3)";\n'
+     'void *g(void) { return mem_calloc(1, 2); }\n', None),
     ("src/loose.c", "", "src/loose.c: a source file at the top of src/"),
     ("src/plan/deep/x.h", "", "src/plan/deep/x.h: a source file in a nested folder"),
     ("src/extra/x.c", "", "folder src/extra/ is not a row"),
