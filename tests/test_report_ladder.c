@@ -354,10 +354,10 @@ static void edit(json_t *j, const char *path, const char *value) {
         json_object_set_new(j, step, load(value));
 }
 
-/* The members cmd_ladder writes beyond the brief's: partners as an array,
+/* The members flow/qladder writes beyond the brief's: partners as an array,
  * the importance matrix, where the budget came from, and members the
  * report does not show. */
-Test(report_ladder, the_shape_cmd_ladder_writes) {
+Test(report_ladder, the_shape_qladder_writes) {
     json_t *l = load(FULL);
     edit(l, "partner",
          "[{'name': 'laya', 'path': 'laya.gguf'}, {'name': 'b<', 'path': 'b.gguf'}]");

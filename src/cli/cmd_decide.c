@@ -5,7 +5,7 @@
  * same config, on a free loopback port, as its own child: the daemon's code
  * runs the pipeline (one implementation, one behaviour), starts only the
  * engines the pipeline needs, and stops them when decide stops it
- * (cli/private_daemon).
+ * (flow/private_daemon).
  *
  * Exit codes: 0 accepted, 3 rejected, 4 escalated, 1 any failure (the
  * message is on stderr), 2 usage or configuration error. */

@@ -4,7 +4,7 @@
  * user's config; file: specs share one on a config written into a private
  * temporary folder (listen on port 0, logs inside the folder, one model per
  * distinct file, named after it), removed at the end. Both daemons are
- * `tandem serve` itself (cli/private_daemon), so a model is measured with the
+ * `tandem serve` itself (flow/private_daemon), so a model is measured with the
  * settings it is served with. */
 #include "flow/model_endpoint.h"
 
