@@ -22,6 +22,7 @@
 
 /* --- pipeline_set.c: the compiled pipelines --------------------------------------------- */
 
+/* A configured question with its templates compiled. */
 struct cquestion {
     const struct config_question *q;
     struct tmpl *instructions;
@@ -29,12 +30,14 @@ struct cquestion {
     const struct config_threshold *threshold; /* NULL = informative */
 };
 
+/* One stage: the model that answers it and its configured questions. */
 struct cstage {
     size_t model;                        /* config index */
     struct cquestion *qs;
     size_t n;
 };
 
+/* One pipeline of the config, compiled. */
 struct cpipeline {
     const struct config_pipeline *pl;
     struct tmpl *instructions;           /* the default decide instructions, or NULL */
@@ -44,9 +47,9 @@ struct cpipeline {
 };
 
 struct pipeline_set {
-    const struct config *cfg;
-    const struct pipeline_model *models;
-    struct cpipeline *p;
+    const struct config *cfg;            /* borrowed: outlives the set */
+    const struct pipeline_model *models; /* borrowed: models[cfg->n_models] */
+    struct cpipeline *p;                 /* cfg->pipelines compiled, in config order */
     size_t n;
 };
 
