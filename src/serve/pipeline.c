@@ -1,12 +1,7 @@
-/* pipeline.c: decide-then-verify pipelines.
- *
- * Compilation (pipeline_set_new) turns each config_pipeline into stages of
- * compiled templates, resolving every model once and checking what the
- * config module cannot: template references (tmpl), that stage models are
- * decision models, and option counts against each model's limit.
+/* pipeline.c: pipeline runs (see pipeline_internal.h for the module's three files).
  *
  * A run is a small state machine on the daemon's loop, one stage in flight
- * at a time:
+ * at a time, over a compiled set (pipeline_set.c) it only reads:
  *
  *   start ──▶ DECIDE ──(confidence too low)──────────────────────▶ reject/escalate
  *               │
@@ -16,12 +11,15 @@
  *               ▼ every threshold passed
  *             accepted
  *
- * run_stage() submits one POST /v1/systemone to the scheduler (so stages wait
- * for residency and share grouping and deadlines with every other request),
- * sends it when the job starts, and hands the engine's answer to the run's
- * continuation (on_decided, on_verified, on_escalated_model). Any failure
- * ends the run through finish_error(); success through finish_verdict().
- * Escalation to a pipeline starts a nested run with the same request. */
+ * start_run() checks the request against the pipeline request contract
+ * (take_request) before the first stage. run_stage() submits one POST
+ * /v1/systemone to the scheduler (so stages wait for residency and share
+ * grouping and deadlines with every other request), or to the remote set for
+ * a remote model, sends it when the job starts, and hands the engine's answer
+ * to the run's continuation (on_decided, on_verified, on_escalated_model).
+ * Any failure ends the run through finish_error(); success through
+ * finish_verdict(). Escalation to a pipeline starts a nested run with the
+ * same request. */
 #include "serve/pipeline.h"
 
 #include <math.h>
@@ -30,304 +28,14 @@
 
 #include "base/host.h"
 #include "base/mem.h"
+#include "proto/s1q.h"
+#include "serve/pipeline_internal.h"
 #include "serve/s1.h"
 #include "serve/tmpl.h"
 
 #define RENDER_MAX (1u << 20)
 #define MAX_ATTEMPTS_LIMIT 64
 #define STAGE_NAME_MAX 48
-
-/* --- compiled pipelines ---------------------------------------------------------------- */
-
-struct cquestion {
-    const struct config_question *q;
-    struct tmpl *instructions;
-    struct tmpl **criteria;              /* q->n_criteria */
-    const struct config_threshold *threshold; /* NULL = informative */
-};
-
-struct cstage {
-    size_t model;                        /* config index */
-    struct cquestion *qs;
-    size_t n;
-};
-
-struct cpipeline {
-    const struct config_pipeline *pl;
-    struct tmpl *instructions;           /* the default decide instructions, or NULL */
-    struct cstage decide;
-    struct cstage *verify;
-    size_t escalate_model;               /* config index, or SIZE_MAX */
-};
-
-struct pipeline_set {
-    const struct config *cfg;
-    const struct pipeline_model *models;
-    struct cpipeline *p;
-    size_t n;
-};
-
-static void free_stage(struct cstage *st) {
-    for (size_t i = 0; st->qs && i < st->n; i++) {
-        tmpl_free(st->qs[i].instructions);
-        for (size_t c = 0; st->qs[i].criteria && c < st->qs[i].q->n_criteria; c++)
-            tmpl_free(st->qs[i].criteria[c]);
-        mem_free(st->qs[i].criteria);
-    }
-    mem_free(st->qs);
-}
-
-void pipeline_set_free(struct pipeline_set *s) {
-    if (!s)
-        return;
-    for (size_t i = 0; s->p && i < s->n; i++) {
-        struct cpipeline *cp = &s->p[i];
-        tmpl_free(cp->instructions);
-        free_stage(&cp->decide);
-        for (size_t v = 0; cp->verify && v < cp->pl->n_verify; v++)
-            free_stage(&cp->verify[v]);
-        mem_free(cp->verify);
-    }
-    mem_free(s->p);
-    mem_free(s);
-}
-
-/* Compilation context: where errors point. */
-struct cc {
-    const struct config *cfg;
-    const struct pipeline_model *models;
-    char *err;
-    size_t errlen;
-};
-
-static size_t model_index(const struct config *cfg, const char *name) {
-    const struct config_model *m = config_find_model(cfg, name);
-    return m ? (size_t)(m - cfg->models) : SIZE_MAX;
-}
-
-static tandem_err compile_text(struct cc *cc, const struct config_text *t,
-                               const struct tmpl_scope *scope, const char *path,
-                               struct tmpl **out) {
-    char why[512];
-    tandem_err e = tmpl_compile(t->text, scope, out, why, sizeof why);
-    if (e == TANDEM_ERR_FORMAT)
-        tandem_errmsg(cc->err, cc->errlen, "%s:%u: %s: %s", cc->cfg->path, t->line, path, why);
-    return e;
-}
-
-static const struct config_threshold *threshold_of(const struct config_pipeline *pl,
-                                                   const char *id) {
-    for (size_t i = 0; i < pl->n_thresholds; i++)
-        if (!strcmp(pl->thresholds[i].question, id))
-            return &pl->thresholds[i];
-    return NULL;
-}
-
-/* A stage model must exist (config checked it) and answer System One. */
-static tandem_err check_decision_model(struct cc *cc, size_t model, uint32_t line,
-                                       const char *path) {
-    if (cc->models[model].decision_type[0])
-        return TANDEM_OK;
-    tandem_errmsg(cc->err, cc->errlen, "%s:%u: %s: %s is not a decision model (no decision "
-                  "metadata), so it cannot answer a pipeline stage", cc->cfg->path, line, path,
-                  cc->cfg->models[model].name);
-    return TANDEM_ERR_FORMAT;
-}
-
-static tandem_err compile_question(struct cc *cc, const struct config_pipeline *pl,
-                                   const struct config_question *q, const struct tmpl_scope *scope,
-                                   const char *path, unsigned max_options, struct cquestion *out) {
-    char sub[1024];
-    out->q = q;
-    out->threshold = threshold_of(pl, q->id);
-    if (q->type == CONFIG_Q_CHOICE && q->n_criteria > max_options) {
-        tandem_errmsg(cc->err, cc->errlen, "%s:%u: %s.criteria: %zu options, but the model "
-                      "takes at most %u", cc->cfg->path, q->line, path, q->n_criteria, max_options);
-        return TANDEM_ERR_FORMAT;
-    }
-    snprintf(sub, sizeof sub, "%s.instructions", path);
-    tandem_err e = compile_text(cc, &q->instructions, scope, sub, &out->instructions);
-    if (e == TANDEM_OK && q->n_criteria &&
-        !(out->criteria = mem_calloc(q->n_criteria, sizeof *out->criteria)))
-        e = TANDEM_ERR_NOMEM;
-    for (size_t i = 0; e == TANDEM_OK && i < q->n_criteria; i++) {
-        if (q->keys)
-            snprintf(sub, sizeof sub, "%s.criteria.%s", path, q->keys[i]);
-        else
-            snprintf(sub, sizeof sub, "%s.criteria[%zu]", path, i);
-        e = compile_text(cc, &q->criteria[i], scope, sub, &out->criteria[i]);
-    }
-    return e;
-}
-
-static tandem_err compile_stage(struct cc *cc, const struct config_pipeline *pl,
-                                const struct config_stage *st, const struct tmpl_scope *scope,
-                                const char *path, struct cstage *out) {
-    char sub[600];
-    out->model = model_index(cc->cfg, st->model);
-    snprintf(sub, sizeof sub, "%s.model", path);
-    tandem_err e = check_decision_model(cc, out->model, st->model_line, sub);
-    if (e == TANDEM_OK && st->n_questions &&
-        !(out->qs = mem_calloc(st->n_questions, sizeof *out->qs)))
-        e = TANDEM_ERR_NOMEM;
-    for (size_t i = 0; e == TANDEM_OK && i < st->n_questions; i++) {
-        snprintf(sub, sizeof sub, "%s.questions.%s", path, st->questions[i].id);
-        e = compile_question(cc, pl, &st->questions[i], scope, sub,
-                             cc->models[out->model].max_options, &out->qs[i]);
-        out->n = i + 1;
-    }
-    return e;
-}
-
-/* The NULL-terminated ids of a stage's questions (borrowed from the config). */
-static const char **stage_ids(const struct config_stage *st, size_t n_stages) {
-    size_t n = 0;
-    for (size_t s = 0; s < n_stages; s++)
-        n += st[s].n_questions;
-    const char **ids = mem_calloc(n + 1, sizeof *ids);
-    for (size_t s = 0, k = 0; ids && s < n_stages; s++)
-        for (size_t q = 0; q < st[s].n_questions; q++)
-            ids[k++] = st[s].questions[q].id;
-    return ids;
-}
-
-static tandem_err compile_verify(struct cc *cc, struct cpipeline *cp, const char **decide_ids) {
-    const struct config_pipeline *pl = cp->pl;
-    tandem_err e = TANDEM_OK;
-    for (size_t v = 0; e == TANDEM_OK && v < pl->n_verify; v++) {
-        const char **earlier = stage_ids(pl->verify, v);
-        if (!earlier)
-            return TANDEM_ERR_NOMEM;
-        struct tmpl_scope scope = {.decided = true, .decide_ids = decide_ids,
-                                   .verify_ids = earlier};
-        char path[300];
-        snprintf(path, sizeof path, "pipelines.%s.verify[%zu]", pl->name, v);
-        e = compile_stage(cc, pl, &pl->verify[v], &scope, path, &cp->verify[v]);
-        mem_free(earlier);
-    }
-    return e;
-}
-
-static tandem_err compile_pipeline(struct cc *cc, const struct config_pipeline *pl,
-                                   struct cpipeline *cp) {
-    char path[300];
-    cp->pl = pl;
-    cp->escalate_model = pl->escalate_model ? model_index(cc->cfg, pl->escalate_model) : SIZE_MAX;
-    if (!(cp->verify = mem_calloc(pl->n_verify, sizeof *cp->verify)))
-        return TANDEM_ERR_NOMEM;
-    struct tmpl_scope undecided = {.decided = false};
-    snprintf(path, sizeof path, "pipelines.%s.decide", pl->name);
-    tandem_err e = compile_stage(cc, pl, &pl->decide, &undecided, path, &cp->decide);
-    snprintf(path, sizeof path, "pipelines.%s.decide.instructions", pl->name);
-    struct tmpl_scope own = {.renders_instructions = true};
-    if (e == TANDEM_OK && pl->decide.instructions.text)
-        e = compile_text(cc, &pl->decide.instructions, &own, path, &cp->instructions);
-    if (e == TANDEM_OK && cp->escalate_model != SIZE_MAX) {
-        snprintf(path, sizeof path, "pipelines.%s.verdict.escalate.model", pl->name);
-        e = check_decision_model(cc, cp->escalate_model, pl->verdict_line, path);
-    }
-    if (e != TANDEM_OK)
-        return e;
-    const char **decide_ids = stage_ids(&pl->decide, 1);
-    if (!decide_ids)
-        return TANDEM_ERR_NOMEM;
-    e = compile_verify(cc, cp, decide_ids);
-    mem_free(decide_ids);
-    return e;
-}
-
-tandem_err pipeline_set_new(const struct config *cfg, const struct pipeline_model *models,
-                            struct pipeline_set **out, char *err, size_t errlen) {
-    *out = NULL;
-    struct pipeline_set *s = mem_calloc(1, sizeof *s);
-    if (!s || (cfg->n_pipelines && !(s->p = mem_calloc(cfg->n_pipelines, sizeof *s->p)))) {
-        mem_free(s);
-        return TANDEM_ERR_NOMEM;
-    }
-    s->cfg = cfg;
-    s->models = models;
-    struct cc cc = {cfg, models, err, errlen};
-    tandem_err e = TANDEM_OK;
-    for (size_t i = 0; e == TANDEM_OK && i < cfg->n_pipelines; i++) {
-        s->n = i + 1;
-        e = compile_pipeline(&cc, &cfg->pipelines[i], &s->p[i]);
-    }
-    if (e != TANDEM_OK) {
-        if (e == TANDEM_ERR_NOMEM)
-            tandem_errmsg(err, errlen, "%s: out of memory compiling pipelines", cfg->path);
-        pipeline_set_free(s);
-        return e;
-    }
-    *out = s;
-    return TANDEM_OK;
-}
-
-static const struct cpipeline *find(const struct pipeline_set *s, const char *name) {
-    for (size_t i = 0; i < s->n; i++)
-        if (!strcmp(s->p[i].pl->name, name))
-            return &s->p[i];
-    return NULL;
-}
-
-size_t pipeline_decide_model(const struct pipeline_set *s, const char *name) {
-    const struct cpipeline *cp = find(s, name);
-    return cp ? cp->decide.model : SIZE_MAX;
-}
-
-/* --- listing ------------------------------------------------------------------------------ */
-
-static const char *qtype_name(enum config_qtype t) {
-    return t == CONFIG_Q_CHOICE ? "choice" : t == CONFIG_Q_SCORE ? "score" : "noul";
-}
-
-static const char *on_reject_name(enum config_on_reject r) {
-    return r == CONFIG_ON_REJECT_NEXT_BEST ? "next_best"
-           : r == CONFIG_ON_REJECT_REJECT  ? "reject"
-                                           : "escalate";
-}
-
-static char *threshold_text(const struct config_threshold *th, char *buf, size_t cap) {
-    if (th->option)
-        snprintf(buf, cap, "== %s", th->option);
-    else
-        snprintf(buf, cap, "%s %g", th->op, th->value);
-    return buf;
-}
-
-static json_t *stage_json(const struct pipeline_set *s, const struct cstage *st) {
-    json_t *qs = json_array();
-    for (size_t i = 0; i < st->n; i++) {
-        char th[300];
-        const struct cquestion *q = &st->qs[i];
-        json_array_append_new(qs, json_pack("{ssssso}", "id", q->q->id, "type",
-                                            qtype_name(q->q->type), "threshold",
-                                            q->threshold ? json_string(threshold_text(
-                                                               q->threshold, th, sizeof th))
-                                                         : json_null()));
-    }
-    return json_pack("{ssso}", "model", s->cfg->models[st->model].name, "questions", qs);
-}
-
-json_t *pipeline_set_list_json(const struct pipeline_set *s) {
-    json_t *list = json_array();
-    for (size_t i = 0; list && i < s->n; i++) {
-        const struct cpipeline *cp = &s->p[i];
-        const struct config_pipeline *pl = cp->pl;
-        json_t *verify = json_array();
-        for (size_t v = 0; v < pl->n_verify; v++)
-            json_array_append_new(verify, stage_json(s, &cp->verify[v]));
-        json_t *escalate = pl->escalate_pipeline ? json_pack("{ss}", "pipeline", pl->escalate_pipeline)
-                           : pl->escalate_model  ? json_pack("{ss}", "model", pl->escalate_model)
-                                                 : json_null();
-        json_array_append_new(
-            list, json_pack("{ssss*sosos{sfsssiso}}", "name", pl->name, "description",
-                            pl->description, "decide", stage_json(s, &cp->decide), "verify", verify,
-                            "verdict", "min_confidence", pl->min_confidence, "on_reject",
-                            on_reject_name(pl->on_reject), "max_attempts", (int)pl->max_attempts,
-                            "escalate", escalate));
-    }
-    return json_pack("{so}", "pipelines", list);
-}
 
 /* --- runs: state ------------------------------------------------------------------------------ */
 
@@ -649,7 +357,7 @@ static json_t *render(const struct pipeline_run *r, const struct tmpl *t, char *
 static json_t *question_json(const struct pipeline_run *r, const struct cquestion *cq, char *err,
                              size_t errlen) {
     const struct config_question *q = cq->q;
-    json_t *out = json_pack("{ssso}", "type", qtype_name(q->type), "instructions",
+    json_t *out = json_pack("{ssso}", "type", pipeline_qtype_name(q->type), "instructions",
                             render(r, cq->instructions, err, errlen));
     if (!out)
         return NULL;
@@ -762,8 +470,8 @@ static const char *judge_stage(struct pipeline_run *r, const struct cstage *st, 
             failed = cq->q->id;
         json_object_set_new(qs, cq->q->id,
                             json_pack("{sOsoso}", "answer", a ? a : json_null(), "threshold",
-                                      cq->threshold ? json_string(threshold_text(cq->threshold, th,
-                                                                                 sizeof th))
+                                      cq->threshold ? json_string(pipeline_threshold_text(
+                                                          cq->threshold, th, sizeof th))
                                                     : json_null(),
                                       "passed", cq->threshold ? json_boolean(ok) : json_null()));
     }
@@ -963,7 +671,7 @@ static void escalate(struct pipeline_run *r, const char *why) {
     }
     int status;
     char msg[1000], param[128];
-    const struct cpipeline *to = find(r->set, pl->escalate_pipeline);
+    const struct cpipeline *to = pipeline_set_find(r->set, pl->escalate_pipeline);
     if (start_run(r->set, &r->env, to, r->request, r->request_id, r->deadline, on_nested_done, r,
                   &r->nested, &status, msg, sizeof msg, param, sizeof param) != TANDEM_OK)
         finish_error(r, status, status == 400 ? "invalid_request_error" : "unavailable_error",
@@ -972,13 +680,8 @@ static void escalate(struct pipeline_run *r, const char *why) {
 
 /* --- runs: the request ------------------------------------------------------------------------- */
 
-static bool text_like(const json_t *v) {
-    return json_is_string(v) || json_is_object(v) || json_is_array(v);
-}
-
-__attribute__((format(printf, 6, 7))) static tandem_err bad_request(
-    char *err, size_t errlen, char *param, size_t paramlen, const char *field, const char *fmt,
-    ...) {
+tandem_err pipeline_bad_request(char *err, size_t errlen, char *param, size_t paramlen,
+                                const char *field, const char *fmt, ...) {
     char what[600];
     va_list ap;
     va_start(ap, fmt);
@@ -993,21 +696,21 @@ __attribute__((format(printf, 6, 7))) static tandem_err bad_request(
 static tandem_err check_candidates(const json_t *c, unsigned max, char *err, size_t errlen,
                                    char *param, size_t paramlen) {
     if (!json_is_object(c))
-        return bad_request(err, errlen, param, paramlen, "candidates",
-                           "required: an object of option -> description");
+        return pipeline_bad_request(err, errlen, param, paramlen, "candidates",
+                                    "required: an object of option -> description");
     size_t n = json_object_size(c);
     if (n < 2 || n > max)
-        return bad_request(err, errlen, param, paramlen, "candidates",
-                           "expected 2 to %u options, got %zu", max, n);
+        return pipeline_bad_request(err, errlen, param, paramlen, "candidates",
+                                    "expected 2 to %u options, got %zu", max, n);
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)c, key, v) {
         if (!key[0])
-            return bad_request(err, errlen, param, paramlen, "candidates",
-                               "an option name is empty");
-        if (!text_like(v) && !json_is_null(v))
-            return bad_request(err, errlen, param, paramlen, "candidates",
-                               "%s: expected a string, object, array or null", key);
+            return pipeline_bad_request(err, errlen, param, paramlen, "candidates",
+                                        "an option name is empty");
+        if (!s1q_is_text(v) && !json_is_null(v))
+            return pipeline_bad_request(err, errlen, param, paramlen, "candidates",
+                                        "%s: expected a string, object, array or null", key);
     }
     return TANDEM_OK;
 }
@@ -1021,41 +724,43 @@ static tandem_err take_request(struct pipeline_run *r, const json_t *req, char *
     const char *key;
     json_t *v;
     if (!json_is_object(req))
-        return bad_request(err, errlen, param, paramlen, "(body)", "expected a JSON object");
+        return pipeline_bad_request(err, errlen, param, paramlen, "(body)",
+                                    "expected a JSON object");
     json_object_foreach((json_t *)req, key, v) {
         size_t i = 0;
         while (known[i] && strcmp(known[i], key))
             i++;
         if (!known[i])
-            return bad_request(err, errlen, param, paramlen, key, "unknown field (a pipeline "
-                               "request takes state, candidates, instructions, max_attempts, "
-                               "min_confidence)");
+            return pipeline_bad_request(err, errlen, param, paramlen, key,
+                                        "unknown field (a pipeline request takes state, "
+                                        "candidates, instructions, max_attempts, "
+                                        "min_confidence)");
     }
-    if (!text_like(r->state = json_object_get(req, "state")))
-        return bad_request(err, errlen, param, paramlen, "state",
-                           "required: a string, object or array");
+    if (!s1q_is_text(r->state = json_object_get(req, "state")))
+        return pipeline_bad_request(err, errlen, param, paramlen, "state",
+                                    "required: a string, object or array");
     unsigned max = r->set->models[r->cp->decide.model].max_options;
     tandem_err e = check_candidates(r->candidates = json_object_get(req, "candidates"), max, err,
                                     errlen, param, paramlen);
     if (e != TANDEM_OK)
         return e;
     json_t *ins = json_object_get(req, "instructions");
-    if (ins && !text_like(ins))
-        return bad_request(err, errlen, param, paramlen, "instructions",
-                           "expected a string, object or array");
+    if (ins && !s1q_is_text(ins))
+        return pipeline_bad_request(err, errlen, param, paramlen, "instructions",
+                                    "expected a string, object or array");
     if (!ins && !r->cp->instructions)
-        return bad_request(err, errlen, param, paramlen, "instructions",
-                           "required: pipeline %s has no default decide.instructions",
-                           r->cp->pl->name);
+        return pipeline_bad_request(err, errlen, param, paramlen, "instructions",
+                                    "required: pipeline %s has no default decide.instructions",
+                                    r->cp->pl->name);
     json_t *ma = json_object_get(req, "max_attempts");
     if (ma && (!json_is_integer(ma) || json_integer_value(ma) < 1 ||
                json_integer_value(ma) > MAX_ATTEMPTS_LIMIT))
-        return bad_request(err, errlen, param, paramlen, "max_attempts",
-                           "expected an integer from 1 to %d", MAX_ATTEMPTS_LIMIT);
+        return pipeline_bad_request(err, errlen, param, paramlen, "max_attempts",
+                                    "expected an integer from 1 to %d", MAX_ATTEMPTS_LIMIT);
     json_t *mc = json_object_get(req, "min_confidence");
     if (mc && (!json_is_number(mc) || json_number_value(mc) < 0 || json_number_value(mc) > 1))
-        return bad_request(err, errlen, param, paramlen, "min_confidence",
-                           "expected a number from 0 to 1");
+        return pipeline_bad_request(err, errlen, param, paramlen, "min_confidence",
+                                    "expected a number from 0 to 1");
     r->max_attempts = ma ? (unsigned)json_integer_value(ma) : r->cp->pl->max_attempts;
     r->min_confidence = mc ? json_number_value(mc) : r->cp->pl->min_confidence;
     r->instructions = json_incref(ins);
@@ -1135,7 +840,7 @@ tandem_err pipeline_run_start(const struct pipeline_set *s, const struct pipelin
                               int64_t deadline_ms, pipeline_done_fn done, void *user,
                               struct pipeline_run **run, int *status, char *err, size_t errlen,
                               char *param, size_t paramlen) {
-    const struct cpipeline *cp = find(s, name);
+    const struct cpipeline *cp = pipeline_set_find(s, name);
     if (!cp) {
         *run = NULL;
         *status = 404;
@@ -1160,108 +865,4 @@ void pipeline_run_cancel(struct pipeline_run *r) {
     if (r->rcall)
         remote_call_cancel(r->rcall);
     run_free(r);
-}
-
-/* --- the same pipelines on POST /v1/systemone ---------------------------------------------- */
-
-/* Whether key names a field of a choice question. */
-static bool choice_question_key(const char *key) {
-    return !strcmp(key, "type") || !strcmp(key, "instructions") || !strcmp(key, "criteria");
-}
-
-/* Checks that questions holds one choice question; sets *name and *q. */
-static tandem_err the_choice_question(const json_t *questions, const char **name, json_t **q,
-                                      char *err, size_t errlen, char *param, size_t paramlen) {
-    if (!json_is_object(questions) || json_object_size(questions) != 1)
-        return bad_request(err, errlen, param, paramlen, "questions",
-                           "a pipeline takes exactly one question: a choice whose criteria "
-                           "are the candidates");
-    void *it = json_object_iter((json_t *)questions);
-    *name = json_object_iter_key(it);
-    *q = json_object_iter_value(it);
-    char field[PIPELINE_QUESTION_MAX + 32];
-    if (!**name || strlen(*name) >= PIPELINE_QUESTION_MAX)
-        return bad_request(err, errlen, param, paramlen, "questions",
-                           "a question name takes 1 to %d bytes", PIPELINE_QUESTION_MAX - 1);
-    snprintf(field, sizeof field, "questions.%s.type", *name);
-    const char *type = json_string_value(json_object_get(*q, "type"));
-    if (!type || strcmp(type, "choice"))
-        return bad_request(err, errlen, param, paramlen, field, "expected \"choice\": a "
-                           "pipeline's question is the choice among its candidates");
-    const char *key;
-    json_t *v;
-    json_object_foreach(*q, key, v) {
-        snprintf(field, sizeof field, "questions.%s.%s", *name, key);
-        if (!choice_question_key(key))
-            return bad_request(err, errlen, param, paramlen, field, "unknown field (a choice "
-                               "question takes type, instructions, criteria)");
-    }
-    return TANDEM_OK;
-}
-
-tandem_err pipeline_request_from_systemone(const json_t *request, json_t **out,
-                                           char question[PIPELINE_QUESTION_MAX], char *err,
-                                           size_t errlen, char *param, size_t paramlen) {
-    *out = NULL;
-    const char *name = NULL;
-    json_t *q = NULL;
-    if (!json_is_object(request))
-        return bad_request(err, errlen, param, paramlen, "(body)", "expected a JSON object");
-    tandem_err e = the_choice_question(json_object_get(request, "questions"), &name, &q, err,
-                                       errlen, param, paramlen);
-    if (e != TANDEM_OK)
-        return e;
-    json_t *req = json_object();
-    if (!req)
-        return TANDEM_ERR_NOMEM;
-    const char *key;
-    json_t *v;
-    int failed = 0;
-    json_object_foreach((json_t *)request, key, v) {
-        if (strcmp(key, "model") && strcmp(key, "questions"))
-            failed |= json_object_set(req, key, v);
-    }
-    json_t *ins = json_object_get(q, "instructions"), *criteria = json_object_get(q, "criteria");
-    if (ins && !json_is_null(ins))
-        failed |= json_object_set(req, "instructions", ins);
-    if (criteria)
-        failed |= json_object_set(req, "candidates", criteria);
-    if (failed) {
-        json_decref(req);
-        return TANDEM_ERR_NOMEM;
-    }
-    snprintf(question, PIPELINE_QUESTION_MAX, "%s", name);
-    *out = req;
-    return TANDEM_OK;
-}
-
-/* The choice answer the verdict's choice came from: the escalation's when the
- * pipeline escalated, else the decide stage's. */
-static json_t *deciding_answer(const json_t *body) {
-    json_t *esc = json_object_get(body, "escalation");
-    json_t *nested = json_object_get(esc, "result");
-    if (nested)
-        return deciding_answer(nested);
-    json_t *from = esc ? esc : json_object_get(body, "decide");
-    return json_object_get(json_object_get(from, "answers"), CONFIG_DECIDE_CHOICE_ID);
-}
-
-tandem_err pipeline_answer_to_systemone(json_t *body, const char *model, const char *question) {
-    json_t *answers = json_object();
-    const char *choice = json_string_value(json_object_get(body, "choice"));
-    if (answers && choice) {
-        json_t *probs = json_object_get(deciding_answer(body), "probabilities");
-        json_t *p = json_object_get(probs, choice);
-        json_t *answer = json_pack("{sssssfso}", "type", "choice", "choice", choice,
-                                   "confidence", p ? json_number_value(p) : 0.0, "probabilities",
-                                   probs ? json_incref(probs) : json_object());
-        if (json_object_set_new(answers, question, answer)) {
-            json_decref(answers);
-            return TANDEM_ERR_NOMEM;
-        }
-    }
-    if (json_object_set_new(body, "answers", answers) ||
-        json_object_set_new(body, "model", json_string(model)))
-        return TANDEM_ERR_NOMEM;
-    return TANDEM_OK;
 }
