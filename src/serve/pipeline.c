@@ -22,7 +22,6 @@
  * same request. */
 #include "serve/pipeline.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
