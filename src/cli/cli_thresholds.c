@@ -52,7 +52,7 @@ static void verify_names(const struct config_pipeline *pl, char *out, size_t cap
     out[0] = '\0';
     for (size_t s = 0; s < pl->n_verify; s++)
         for (size_t q = 0; q < pl->verify[s].n_questions && len < cap; q++)
-            if (pl->verify[s].questions[q].type == CONFIG_Q_NOUL)
+            if (pl->verify[s].questions[q].type == S1Q_TYPE_NOUL)
                 len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "",
                                         pl->verify[s].questions[q].id);
 }
@@ -63,14 +63,14 @@ static int check_question(const struct config_pipeline *pl, const struct evalset
                           const struct evalset_case *c, const struct evalset_question *q,
                           char *err, size_t errlen) {
     const struct config_question *cq = config_find_verify_question(pl, q->id);
-    if (cq && cq->type == CONFIG_Q_NOUL)
+    if (cq && cq->type == S1Q_TYPE_NOUL)
         return 0;
     char names[512];
     verify_names(pl, names, sizeof names);
     if (cq)
         tandem_errmsg(err, errlen, "%s:%zu: question %s is a %s question of pipeline %s; "
                       "thresholds are suggested for its noul questions (%s)", set->path, c->line,
-                      q->id, cq->type == CONFIG_Q_CHOICE ? "choice" : "score", pl->name, names);
+                      q->id, cq->type == S1Q_TYPE_CHOICE ? "choice" : "score", pl->name, names);
     else
         tandem_errmsg(err, errlen, "%s:%zu: question %s is not a verify question of pipeline "
                       "%s (its noul verify questions: %s)", set->path, c->line, q->id, pl->name,

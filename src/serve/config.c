@@ -104,12 +104,12 @@ static bool check_threshold(struct config_walk *w, const struct config_pipeline 
     if (!q)
         return config_walk_fail(w, TANDEM_ERR_FORMAT, NULL, p, "no verify question has this id");
     bool eq = !strcmp(th->op, "==");
-    if (q->type == CONFIG_Q_CHOICE && !eq)
+    if (q->type == S1Q_TYPE_CHOICE && !eq)
         return config_walk_fail(w, TANDEM_ERR_FORMAT, NULL, p,
                                 "a choice question takes \"== OPTION\"");
-    if (q->type != CONFIG_Q_CHOICE && eq)
+    if (q->type != S1Q_TYPE_CHOICE && eq)
         return config_walk_fail(w, TANDEM_ERR_FORMAT, NULL, p, "a %s question takes >=, >, <= or <",
-                                q->type == CONFIG_Q_NOUL ? "noul" : "score");
+                                s1q_type_name(q->type));
     if (eq) {
         for (size_t i = 0; i < q->n_criteria; i++)
             if (!strcmp(q->keys[i], th->option))
@@ -117,7 +117,7 @@ static bool check_threshold(struct config_walk *w, const struct config_pipeline 
         return config_walk_fail(w, TANDEM_ERR_FORMAT, NULL, p, "\"%s\" is not an option of %s",
                                 th->option, q->id);
     }
-    if (q->type == CONFIG_Q_NOUL && (th->value < 0 || th->value > 1))
+    if (q->type == S1Q_TYPE_NOUL && (th->value < 0 || th->value > 1))
         return config_walk_fail(w, TANDEM_ERR_FORMAT, NULL, p,
                                 "a noul is a probability: 0 to 1, got %g", th->value);
     return true;

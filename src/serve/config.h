@@ -17,6 +17,7 @@
 #include "base/err.h"
 #include "plan/place.h"
 #include "plan/plan.h"
+#include "proto/s1q.h"
 
 #define CONFIG_KEEP_ALIVE_FOREVER (-1)
 
@@ -80,8 +81,6 @@ struct config_model {
  * <name>, so no model name or alias may begin with this. */
 #define CONFIG_PIPELINE_MODEL_PREFIX "pipelines/"
 
-enum config_qtype { CONFIG_Q_CHOICE, CONFIG_Q_SCORE, CONFIG_Q_NOUL };
-
 /* A string that may hold {{references}}, rendered per request by pipeline.c. */
 struct config_text {
     char *text;                    /* NULL = absent */
@@ -91,7 +90,7 @@ struct config_text {
 /* One question a pipeline stage asks. */
 struct config_question {
     char *id;
-    enum config_qtype type;
+    enum s1q_type type;
     struct config_text instructions;  /* required */
     char **keys;                      /* choice: option names; noul: "true"/"false";
                                        * score: NULL */

@@ -477,7 +477,7 @@ static bool criterion_entry(struct config_walk *w, struct fy_node *k, struct fy_
     for (size_t i = 0; i < q->n_criteria; i++)
         if (!strcmp(q->keys[i], key))
             return config_walk_fail(w, TANDEM_ERR_FORMAT, k, sub, "duplicate key");
-    if (q->type == CONFIG_Q_NOUL && strcmp(key, "true") && strcmp(key, "false"))
+    if (q->type == S1Q_TYPE_NOUL && strcmp(key, "true") && strcmp(key, "false"))
         return config_walk_fail(w, TANDEM_ERR_FORMAT, k, sub,
                                 "noul criteria take only true and false");
     if (!(q->keys[q->n_criteria] = mem_strdup(key)))
@@ -532,7 +532,7 @@ static void *question_of(struct config_walk *w, struct fy_node *v, const char *p
 }
 
 static const struct config_choice QUESTION_TYPES[] = {
-    {"choice", CONFIG_Q_CHOICE}, {"score", CONFIG_Q_SCORE}, {"noul", CONFIG_Q_NOUL}, {NULL, 0}};
+    {"choice", S1Q_TYPE_CHOICE}, {"score", S1Q_TYPE_SCORE}, {"noul", S1Q_TYPE_NOUL}, {NULL, 0}};
 /* type is read by hand (k_q_type), which notes that it was given. */
 static const struct config_field QUESTION_TYPE[] = {
     {"type", CONFIG_ENUM(struct config_question, type, QUESTION_TYPES), .cap = 16,
@@ -558,22 +558,22 @@ static bool question_criteria(struct config_walk *w, struct qwalk *qw) {
     struct fy_node *c = qw->criteria;
     const char *p = qw->criteria_path;
     if (!c) {
-        if (q->type == CONFIG_Q_NOUL)
+        if (q->type == S1Q_TYPE_NOUL)
             return true;
         return config_walk_fail(w, TANDEM_ERR_FORMAT, NULL, p, "is required for a %s question",
-                                q->type == CONFIG_Q_CHOICE ? "choice" : "score");
+                                q->type == S1Q_TYPE_CHOICE ? "choice" : "score");
     }
-    if (q->type == CONFIG_Q_SCORE)
+    if (q->type == S1Q_TYPE_SCORE)
         return fy_node_is_sequence(c)
                    ? text_list(w, c, p, q)
                    : config_walk_fail(w, TANDEM_ERR_FORMAT, c, p, "expected a list of levels");
     if (!fy_node_is_mapping(c))
         return config_walk_fail(w, TANDEM_ERR_FORMAT, c, p, "expected a mapping of %s",
-                                q->type == CONFIG_Q_CHOICE ? "option -> description"
+                                q->type == S1Q_TYPE_CHOICE ? "option -> description"
                                                            : "true/false -> description");
     if (!text_map(w, c, p, q))
         return false;
-    if (q->type == CONFIG_Q_CHOICE && q->n_criteria < 2)
+    if (q->type == S1Q_TYPE_CHOICE && q->n_criteria < 2)
         return config_walk_fail(w, TANDEM_ERR_FORMAT, c, p, "expected at least 2 options");
     return true;
 }

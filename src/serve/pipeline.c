@@ -356,11 +356,11 @@ static json_t *render(const struct pipeline_run *r, const struct tmpl *t, char *
 static json_t *question_json(const struct pipeline_run *r, const struct cquestion *cq, char *err,
                              size_t errlen) {
     const struct config_question *q = cq->q;
-    json_t *out = json_pack("{ssso}", "type", pipeline_qtype_name(q->type), "instructions",
+    json_t *out = json_pack("{ssso}", "type", s1q_type_name(q->type), "instructions",
                             render(r, cq->instructions, err, errlen));
     if (!out)
         return NULL;
-    json_t *crit = q->type == CONFIG_Q_SCORE ? json_array() : q->n_criteria ? json_object() : NULL;
+    json_t *crit = q->type == S1Q_TYPE_SCORE ? json_array() : q->n_criteria ? json_object() : NULL;
     for (size_t i = 0; crit && i < q->n_criteria; i++) {
         json_t *text = render(r, cq->criteria[i], err, errlen);
         if (!text || (q->keys ? json_object_set_new(crit, q->keys[i], text)

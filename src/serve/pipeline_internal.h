@@ -57,9 +57,6 @@ struct pipeline_set {
  * valid while s is. */
 const struct cpipeline *pipeline_set_find(const struct pipeline_set *s, const char *name);
 
-/* The static API name of a question type: "choice", "score" or "noul". */
-const char *pipeline_qtype_name(enum config_qtype t);
-
 /* Writes th as the listing and the verdict show it ("== <option>", or "<op> <value>")
  * into buf[cap] (caller-owned output, cut to fit) and returns buf. */
 char *pipeline_threshold_text(const struct config_threshold *th, char *buf, size_t cap);

@@ -91,7 +91,7 @@ static tandem_err compile_question(struct cc *cc, const struct config_pipeline *
     char sub[1024];
     out->q = q;
     out->threshold = threshold_of(pl, q->id);
-    if (q->type == CONFIG_Q_CHOICE && q->n_criteria > max_options) {
+    if (q->type == S1Q_TYPE_CHOICE && q->n_criteria > max_options) {
         tandem_errmsg(cc->err, cc->errlen, "%s:%u: %s.criteria: %zu options, but the model "
                       "takes at most %u", cc->cfg->path, q->line, path, q->n_criteria, max_options);
         return TANDEM_ERR_FORMAT;
@@ -227,10 +227,6 @@ size_t pipeline_decide_model(const struct pipeline_set *s, const char *name) {
 
 /* --- listing ------------------------------------------------------------------------------ */
 
-const char *pipeline_qtype_name(enum config_qtype t) {
-    return t == CONFIG_Q_CHOICE ? "choice" : t == CONFIG_Q_SCORE ? "score" : "noul";
-}
-
 static const char *on_reject_name(enum config_on_reject r) {
     return r == CONFIG_ON_REJECT_NEXT_BEST ? "next_best"
            : r == CONFIG_ON_REJECT_REJECT  ? "reject"
@@ -251,7 +247,7 @@ static json_t *stage_json(const struct pipeline_set *s, const struct cstage *st)
         char th[300];
         const struct cquestion *q = &st->qs[i];
         json_array_append_new(qs, json_pack("{ssssso}", "id", q->q->id, "type",
-                                            pipeline_qtype_name(q->q->type), "threshold",
+                                            s1q_type_name(q->q->type), "threshold",
                                             q->threshold ? json_string(pipeline_threshold_text(
                                                                q->threshold, th, sizeof th))
                                                          : json_null()));
