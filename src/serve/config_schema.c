@@ -78,11 +78,11 @@ static const struct config_field BUDGET[] = {
     {"vram", CONFIG_SIZE(struct config, vram)},
     {"reserve", CONFIG_SIZE(struct config, reserve), .def = "512MiB"},
     {"ram", CONFIG_SIZE(struct config, ram)},
-    {NULL}};
+    {0}};
 static const struct config_field ENGINE[] = {
-    {"path", CONFIG_PATH(struct config, llama_server)}, {NULL}};
+    {"path", CONFIG_PATH(struct config, llama_server)}, {0}};
 static const struct config_field DEFAULTS[] = {
-    {"model", CONFIG_STRING(struct config, default_model)}, {NULL}};
+    {"model", CONFIG_STRING(struct config, default_model)}, {0}};
 static const struct config_field LIMITS[] = {
     {"max_body", CONFIG_SIZE(struct config, max_body_bytes), .def = "1MiB"},
     {"queue_depth", CONFIG_UINT(struct config, queue_depth, 1, UINT32_MAX), .def = "64"},
@@ -95,22 +95,22 @@ static const struct config_field LIMITS[] = {
      .def = "1s"},
     {"max_restarts", CONFIG_UINT(struct config, max_restarts, 1, 1000), .def = "5"},
     {"max_event_clients", CONFIG_UINT(struct config, max_event_clients, 0, 1024), .def = "16"},
-    {NULL}};
+    {0}};
 static const struct config_field SCHEDULING[] = {
     {"group_limit", CONFIG_UINT(struct config, group_limit, 1, UINT32_MAX), .def = "16"},
     {"max_wait", CONFIG_DURATION(struct config, starvation_ms), .def = "30s"},
     {"request_tokens", CONFIG_UINT(struct config, request_tokens, 1, UINT32_MAX), .def = "256"},
     {"clients", CONFIG_UINT(struct config, clients, 1, UINT32_MAX), .def = "1"},
-    {NULL}};
+    {0}};
 static const struct config_field SHUTDOWN[] = {
     {"grace", CONFIG_DURATION(struct config, drain_grace_ms), .def = "30s"},
     {"engine_grace", CONFIG_DURATION(struct config, stop_grace_ms), .def = "10s"},
-    {NULL}};
-static const struct config_field NODE[] = {{"id", CONFIG_CUSTOM(k_node_id)}, {NULL}};
+    {0}};
+static const struct config_field NODE[] = {{"id", CONFIG_CUSTOM(k_node_id)}, {0}};
 static const struct config_field METRICS[] = {
     {"compat", CONFIG_ENUM(struct config, metrics_vllm, METRICS_COMPAT), .def = "none"},
     {"require_key", CONFIG_BOOL(struct config, metrics_require_key)},
-    {NULL}};
+    {0}};
 static const struct config_field LOGS[] = {
     {"dir", CONFIG_PATH(struct config, log_dir)},
     {"audit", CONFIG_CUSTOM(k_audit)},
@@ -118,7 +118,7 @@ static const struct config_field LOGS[] = {
     {"audit_max", CONFIG_SIZE(struct config, audit_max_bytes), .def = "64MiB"},
     {"audit_keep", CONFIG_UINT(struct config, audit_keep, 0, UINT32_MAX), .def = "5"},
     {"audit_on_error", CONFIG_ENUM(struct config, audit_fail, AUDIT_ON_ERROR), .def = "continue"},
-    {NULL}};
+    {0}};
 
 /* --- models ------------------------------------------------------------ */
 
@@ -282,7 +282,7 @@ static const struct config_field MODEL_FIELDS[] = {
     {"api_key_env", CONFIG_CUSTOM(k_u_api_key_env), .via = upstream_of},
     {"timeout", CONFIG_DURATION(struct config_upstream, timeout_ms), .via = upstream_of},
     {"health", CONFIG_CUSTOM(k_u_health), .via = upstream_of},
-    {NULL}};
+    {0}};
 
 /* Keys that configure a local engine, refused beside upstream:. */
 static const char *const LOCAL_ONLY_KEYS[] = {
@@ -463,7 +463,7 @@ static bool k_mcp_origins(struct config_walk *w, struct fy_node *v, const char *
 static const struct config_field MCP[] = {
     {"http", CONFIG_BOOL(struct config, mcp_http)},
     {"allowed_origins", CONFIG_CUSTOM(k_mcp_origins)},
-    {NULL}};
+    {0}};
 
 /* --- pipelines (docs/pipelines.md): stages, questions, the verdict rule --------------- */
 
@@ -537,7 +537,7 @@ static const struct config_choice QUESTION_TYPES[] = {
 static const struct config_field QUESTION_TYPE[] = {
     {"type", CONFIG_ENUM(struct config_question, type, QUESTION_TYPES), .cap = 16,
      .via = question_of},
-    {NULL}};
+    {0}};
 
 static bool k_q_type(struct config_walk *w, struct fy_node *v, const char *p, void *t) {
     if (!config_walk_apply(w, v, p, &QUESTION_TYPE[0], t))
@@ -582,7 +582,7 @@ static const struct config_field QUESTION_FIELDS[] = {
     {"type", CONFIG_CUSTOM(k_q_type)},
     {"instructions", CONFIG_TEXT(struct config_question, instructions), .via = question_of},
     {"criteria", CONFIG_CUSTOM(k_q_criteria)},
-    {NULL}};
+    {0}};
 
 /* One entry of a stage's questions: (ctx is the stage). */
 static bool question_entry(struct config_walk *w, struct fy_node *k, struct fy_node *qv,
@@ -624,9 +624,9 @@ static const struct config_field DECIDE_FIELDS[] = {
     {"model", CONFIG_CUSTOM(k_s_model)},
     {"instructions", CONFIG_TEXT(struct config_stage, instructions)},
     {"questions", CONFIG_CUSTOM(k_questions)},
-    {NULL}};
+    {0}};
 static const struct config_field VERIFY_FIELDS[] = {
-    {"model", CONFIG_CUSTOM(k_s_model)}, {"questions", CONFIG_CUSTOM(k_questions)}, {NULL}};
+    {"model", CONFIG_CUSTOM(k_s_model)}, {"questions", CONFIG_CUSTOM(k_questions)}, {0}};
 
 /* A stage mapping; the model is required. */
 static bool stage(struct config_walk *w, struct fy_node *v, const char *p,
@@ -731,7 +731,7 @@ static bool k_v_thresholds(struct config_walk *w, struct fy_node *v, const char 
 static const struct config_field ESCALATE_FIELDS[] = {
     {"pipeline", CONFIG_STRING(struct config_pipeline, escalate_pipeline)},
     {"model", CONFIG_STRING(struct config_pipeline, escalate_model)},
-    {NULL}};
+    {0}};
 
 static bool k_v_escalate(struct config_walk *w, struct fy_node *v, const char *p, void *t) {
     if (!config_walk_section(w, v, p, ESCALATE_FIELDS, t))
@@ -753,7 +753,7 @@ static const struct config_field VERDICT_FIELDS[] = {
     {"on_reject", CONFIG_ENUM(struct config_pipeline, on_reject, ON_REJECT), .def = "next_best"},
     {"max_attempts", CONFIG_UINT(struct config_pipeline, max_attempts, 1, 64), .def = "3"},
     {"escalate", CONFIG_CUSTOM(k_v_escalate)},
-    {NULL}};
+    {0}};
 
 static bool k_p_verdict(struct config_walk *w, struct fy_node *v, const char *p, void *t) {
     PIPE(t)->verdict_line = (uint32_t)config_walk_line(v);
@@ -786,7 +786,7 @@ static const struct config_field PIPELINE_FIELDS[] = {
     {"decide", CONFIG_CUSTOM(k_p_decide)},
     {"verify", CONFIG_CUSTOM(k_p_verify)},
     {"verdict", CONFIG_CUSTOM(k_p_verdict)},
-    {NULL}};
+    {0}};
 
 /* One entry of pipelines: (ctx is the config). */
 static bool pipeline_entry(struct config_walk *w, struct fy_node *k, struct fy_node *pv,
@@ -840,7 +840,7 @@ static const struct config_field ROOT[] = {
     {"mcp", CONFIG_SECTION(MCP)},
     {"allowed_hosts", CONFIG_CUSTOM(k_allowed_hosts)},
     {"allowed_origins", CONFIG_CUSTOM(k_allowed_origins)},
-    {NULL}};
+    {0}};
 
 bool config_schema_defaults(struct config_walk *w, struct config *c) {
     return config_walk_defaults(w, ROOT, c);
