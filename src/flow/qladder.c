@@ -655,7 +655,7 @@ static int prepare(struct qladder *L) {
     int rc;
     if ((rc = qladder_rungs_check_source(L)) || (rc = qladder_rungs_protect_head(L)) ||
         (!L->o.plan_only && (rc = load_cases(L))) ||
-        (rc = qladder_plan_init(&L->plan, L->pm, &L->o.plan, L->o.with, L->o.model)))
+        (rc = qladder_plan_init(&L->plan, L->pm, &L->o.plan, L->o.with, L->o.model) != TANDEM_OK))
         return rc;
     char err[1024];
     bool cached;

@@ -28,21 +28,22 @@
 /* --- setting up ------------------------------------------------------------------------------ */
 
 /* The config's models: model is the rung, the other local ones the partners. */
-static int load_config(struct qladder_plan *p, struct plan_cli *cli, const char *model,
-                       struct plan_model **by_index, size_t *me_index) {
+static tandem_err load_config(struct qladder_plan *p, struct plan_cli *cli, const char *model,
+                              struct plan_model **by_index, size_t *me_index) {
     char err[1024];
-    if (config_load(cli->config, &p->cfg, err, sizeof err) != TANDEM_OK) {
+    tandem_err e = config_load(cli->config, &p->cfg, err, sizeof err);
+    if (e != TANDEM_OK) {
         fprintf(stderr, ERR_PREFIX "%s\n", err);
-        return 1;
+        return e;
     }
     const struct config_model *me = config_find_model(p->cfg, model);
     if (!me || !me->path) {
         fprintf(stderr, ERR_PREFIX "%s declares no local model \"%s\"\n", cli->config, model);
-        return 1;
+        return TANDEM_ERR_INVAL;
     }
     if (p->cfg->n_models > PLACE_MAX_MODELS) {
         fprintf(stderr, ERR_PREFIX "%s: at most %d models\n", cli->config, PLACE_MAX_MODELS);
-        return 1;
+        return TANDEM_ERR_INVAL;
     }
     p->settings = me->settings;
     if (!cli->have_vram && p->cfg->vram)
@@ -60,17 +61,17 @@ static int load_config(struct qladder_plan *p, struct plan_cli *cli, const char 
         if (p->n_partners == QLADDER_MAX_PARTNERS) {
             fprintf(stderr, ERR_PREFIX "%s: at most %d models beside \"%s\"\n", cli->config,
                     QLADDER_MAX_PARTNERS, model);
-            return 1;
+            return TANDEM_ERR_INVAL;
         }
         struct plan_model **pm = &p->partner_pm[p->n_partners];
-        if (plan_model_open(cm->path, pm, err, sizeof err) != TANDEM_OK) {
+        if ((e = plan_model_open(cm->path, pm, err, sizeof err)) != TANDEM_OK) {
             fprintf(stderr, ERR_PREFIX "%s\n", err);
-            return 1;
+            return e;
         }
         by_index[i] = *pm;
         p->partners[p->n_partners++] = (struct fit_model){cm->name, *pm, cm->settings, cm->pin};
     }
-    return 0;
+    return TANDEM_OK;
 }
 
 /* The placement inputs of a config (at most PLACE_MAX_MODELS models): its
@@ -117,22 +118,23 @@ static void pipeline_inputs(struct qladder_plan *p) {
     }
 }
 
-int qladder_plan_init(struct qladder_plan *p, const struct plan_model *src, struct plan_cli *cli,
-                      const char *with_path, const char *model) {
+tandem_err qladder_plan_init(struct qladder_plan *p, const struct plan_model *src,
+                             struct plan_cli *cli, const char *with_path, const char *model) {
     char err[1024];
     struct plan_model *by_index[PLACE_MAX_MODELS] = {0};
     size_t me_index = 0;
+    tandem_err e;
     memset(p, 0, sizeof *p);
     p->src = src;
     p->settings = cli->settings;
     p->measured = !cli->no_measured;
     if (cli->config) {
-        if (load_config(p, cli, model, by_index, &me_index))
-            return 1;
+        if ((e = load_config(p, cli, model, by_index, &me_index)) != TANDEM_OK)
+            return e;
     } else if (with_path) {
-        if (plan_model_open(with_path, &p->partner_pm[0], err, sizeof err) != TANDEM_OK) {
+        if ((e = plan_model_open(with_path, &p->partner_pm[0], err, sizeof err)) != TANDEM_OK) {
             fprintf(stderr, ERR_PREFIX "--with: %s\n", err);
-            return 1;
+            return e;
         }
         p->partners[0] = (struct fit_model){host_base_name(with_path), p->partner_pm[0],
                                             cli->settings, false};
@@ -153,7 +155,7 @@ int qladder_plan_init(struct qladder_plan *p, const struct plan_model *src, stru
     r->pinned = true; /* never rotated out, never the partial one: the rung runs whole */
     if (r->want == PLACE_WANT_AUTO && p->place.n_gpus)
         r->want = PLACE_WANT_GPU, r->gpu = PLACE_ANY_GPU;
-    return 0;
+    return TANDEM_OK;
 }
 
 void qladder_plan_deinit(struct qladder_plan *p) {

@@ -60,12 +60,13 @@ struct qladder_fit {
 /* Sets up *p (output) for the source src: the partners are with's file
  * (with_path, NULL = none) or, with cli->config, the config's other local
  * models beside model (the rung replaces it and takes its settings); the
- * budget is cli's, completed by the config's (cli is updated). Prints
- * "tandem quantize --ladder: ..." to stderr and returns 1 on failure, else 0.
- * Borrows src and cli's strings for p's life; release with
- * qladder_plan_deinit (also after a failure). */
-int qladder_plan_init(struct qladder_plan *p, const struct plan_model *src, struct plan_cli *cli,
-                      const char *with_path, const char *model);
+ * budget is cli's, completed by the config's (cli is updated). Returns
+ * TANDEM_OK; on failure, after "tandem quantize --ladder: ..." on stderr,
+ * the config's or the model's error, or TANDEM_ERR_INVAL (the config lacks
+ * the model, or holds too many). Borrows src and cli's strings for p's life;
+ * release with qladder_plan_deinit (also after a failure). */
+tandem_err qladder_plan_init(struct qladder_plan *p, const struct plan_model *src,
+                             struct plan_cli *cli, const char *with_path, const char *model);
 
 /* Releases what p owns; p may be zeroed or half set up. */
 void qladder_plan_deinit(struct qladder_plan *p);
