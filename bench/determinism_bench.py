@@ -60,7 +60,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from mdsection import replace_section  # noqa: E402
-from procs import cmdline, cpu_snapshot, descendants, foreign_engines, foreign_share  # noqa: E402
+from procs import (cmdline, cpu_snapshot, descendants, foreign_engines, foreign_share,  # noqa: E402
+                   tcp_argv)
 
 REQUEST_TIMEOUT = 120
 MODEL = "smollm2-decider"
@@ -241,16 +242,14 @@ class Tandem:
             raise
 
     def child_argv(self):
-        """The resident child's argv, its port as {port}."""
+        """The resident child's argv, on TCP at {port} (procs.tcp_argv)."""
         for pid in descendants(self.proc.pid):
             try:
                 argv = cmdline(pid)
             except OSError:
                 continue
             if argv and argv[0].endswith("llama-server"):
-                i = argv.index("--port")
-                argv[i + 1] = "{port}"
-                return argv
+                return tcp_argv(argv)
         raise RuntimeError("tandem serve has no llama-server child after the warm-up")
 
     def stop(self):

@@ -63,3 +63,21 @@ def foreign_share(a, b):
     secs = b[0] - a[0]
     ticks = (b[1] - a[1]) - (b[2] - a[2])
     return max(0.0, ticks / (secs * os.sysconf("SC_CLK_TCK") * os.cpu_count())) if secs > 0 else 0.0
+
+
+def tcp_argv(argv):
+    """A copy of an engine child's argv that a bare llama-server can run beside it: tandem's
+    engines listen on a unix socket in its private run folder (--host PATH.sock) and keep
+    their slots there (--slot-save-path); the copy listens on 127.0.0.1:{port} and keeps
+    no slot folder. Every flag that changes the computation stays as it is."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--slot-save-path":
+            i += 2
+            continue
+        out.append(argv[i])
+        if argv[i] == "--host":
+            out += ["127.0.0.1", "--port", "{port}"]
+            i += 1
+        i += 1
+    return out

@@ -45,7 +45,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from conftest import ENGINE, FIXTURES, PINS, Serve, free_port  # noqa: E402
-from procs import cmdline, cpu_snapshot, descendants, foreign_engines, foreign_share  # noqa: E402
+from procs import (cmdline, cpu_snapshot, descendants, foreign_engines, foreign_share,  # noqa: E402
+                   tcp_argv)
 
 A, B = "smollm2-decider", "gemma3-decider"
 MODELS = (A, B)
@@ -310,12 +311,8 @@ def status_models(serve):
 
 
 def child_argv(serve, model):
-    """The argv tandem's resident child for model runs with, its port as {port}."""
-    pid = status_models(serve)[model]["pid"]
-    argv = cmdline(pid)
-    i = argv.index("--port")
-    argv[i + 1] = "{port}"
-    return argv
+    """The argv tandem's resident child for model runs with, on TCP at {port} (tcp_argv)."""
+    return tcp_argv(cmdline(status_models(serve)[model]["pid"]))
 
 
 # --- 1. proxy overhead ---------------------------------------------------------------
