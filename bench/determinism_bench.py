@@ -8,7 +8,7 @@ arrangement of engines:
 
   tandem      `tandem serve` with a one-model config (ctx 2048, flash_attn off:
               its defaults; one slot); requests go through tandem
-  bare-1      a bare llama-server with exactly the argv tandem gives its child
+  bare-1      a bare llama-server with the argv tandem gives its child, on TCP
               (read back from /proc/<pid>/cmdline of tandem's child; without
               tandem, the same flags written out here)
   np4-kvu     bare-1 with -c 8192 -np 4 --kv-unified (2048 cells per slot)

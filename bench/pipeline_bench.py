@@ -3,8 +3,8 @@
 
 Measured side by side in one run on this machine, with the pinned llama-server
 and the two fixture decision models (smollm2-decider decides, gemma3-decider
-verifies), every bare engine started with exactly the argv tandem gives its
-own child:
+verifies), every bare engine started with the argv tandem gives its
+own child, on a TCP port:
 
  1. pipeline overhead (both models resident): the same pipeline request N
     times through `tandem serve` (POST /v1/pipelines/ops), interleaved with the

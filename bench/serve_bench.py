@@ -3,7 +3,7 @@
 
 Measured side by side in one run on this machine, with the pinned llama-server and
 the two fixture decision models (smollm2-decider, gemma3-decider), every engine
-started with exactly the argv tandem gives its own child (read back from
+started with the argv tandem gives its own child, on a TCP port (read back from
 /proc/<pid>/cmdline of tandem's child):
 
  1. proxy overhead: one identical POST /v1/systemone (and a 1-token chat
@@ -865,8 +865,10 @@ def render(args, out, started, took):
             "not start was running.")
     add("")
     add("Every bare engine (the direct baseline, the swap baseline, the script and the "
-        "router's children) runs with exactly the argv tandem gives its own child, read back "
-        "from `/proc/<pid>/cmdline` of tandem's child:")
+        "router's children) runs with the argv tandem gives its own child, read back "
+        "from `/proc/<pid>/cmdline` of tandem's child, except where it listens: on a TCP "
+        "port, where tandem's child has a unix socket and a slot folder in tandem's private "
+        "run folder (`procs.tcp_argv`):")
     add("")
     add("```")
     for model, a in out["argv"].items():
