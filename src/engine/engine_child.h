@@ -60,6 +60,7 @@ tandem_err engine_child_spawn(char *const *argv, char *const *env, const char *l
                               const char *socket_path, struct engine_child **out, char *err,
                               size_t errlen);
 
+/* The engine's process id (its process group's too). */
 pid_t engine_child_pid(const struct engine_child *c);
 /* The unix socket the engine listens on; valid until engine_child_free. */
 const char *engine_child_socket(const struct engine_child *c);

@@ -99,6 +99,8 @@ uint32_t http_server_pending(const struct http_server *s);
 
 /* --- one request ---------------------------------------------------------------------- */
 
+/* The request's method, as libevent's enum and as its name ("GET", ...; "OTHER" for one
+ * libevent's enum does not name). */
 enum evhttp_cmd_type http_req_method(const struct http_req *r);
 const char *http_req_method_name(const struct http_req *r);
 /* The path without the query string, decoded; never NULL. */

@@ -202,6 +202,8 @@ void sched_shutdown(struct sched *s, void (*done)(void *user), void *user);
  * children are killed. */
 void sched_shutdown_now(struct sched *s);
 
+/* The number of models, model index's name (the config's, borrowed), its state now,
+ * and a state's name as /v1/status shows it ("resident", "loading", ...). */
 size_t sched_model_count(const struct sched *s);
 const char *sched_model_name(const struct sched *s, size_t index);
 enum sched_state sched_model_state(const struct sched *s, size_t index);
