@@ -438,6 +438,14 @@ static tandem_err write_out(struct build *b) {
 
 /* --- the build ------------------------------------------------------------------- */
 
+/* Writes the rendered text to path atomically; says which path failed. */
+static tandem_err write_text(struct build *b, const char *path) {
+    tandem_err e = host_write_atomic(path, b->text.data, b->text.len);
+    if (e)
+        tandem_errmsg(b->err, b->errlen, "%s: cannot write: %s", path, strerror(errno));
+    return e;
+}
+
 /* Starts the server, renders, counts, and stops it again (always). */
 static tandem_err render(struct build *b) {
     int64_t t0 = host_now_ms();
@@ -448,9 +456,7 @@ static tandem_err render(struct build *b) {
         e = count_tokens(b);
     stop_server(b);
     b->st.render_s = (double)(host_now_ms() - t0) / 1000.0;
-    if (!e && (e = host_write_atomic(b->text_path, b->text.data, b->text.len)))
-        tandem_errmsg(b->err, b->errlen, "%s: cannot write: %s", b->text_path, strerror(errno));
-    return e;
+    return e ? e : write_text(b, b->text_path);
 }
 
 static tandem_err compute(struct build *b) {
@@ -461,12 +467,8 @@ static tandem_err compute(struct build *b) {
     b->st.imatrix_s = (double)(host_now_ms() - t0) / 1000.0;
     if (!e)
         e = write_out(b);
-    if (!e && b->p->text_out &&
-        (e = host_write_atomic(b->p->text_out, b->text.data, b->text.len))) {
-        tandem_errmsg(b->err, b->errlen, "%s: cannot write: %s", b->p->text_out,
-                      strerror(errno));
-        unlink(b->p->out);
-    }
+    if (!e && b->p->text_out && (e = write_text(b, b->p->text_out)))
+        unlink(b->p->out); /* all or nothing: no matrix without the text asked for */
     return e;
 }
 
