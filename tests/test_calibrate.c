@@ -67,13 +67,6 @@ static const char *kev_model(void) {
                       TEMP "table=arr[f32]:[1.0, 2.0]", NULL);
 }
 
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 /* --- the model ------------------------------------------------------------------- */
 
 Test(calibrate, the_temperatures_are_read_as_the_engine_reads_them) {
@@ -384,7 +377,7 @@ Test(calibrate, an_unreadable_dataset_is_said_before_any_serving) {
 static tandem_err run_set(const char *data_text, const char *endpoint, char *diag, size_t cap,
                           bool *refused) {
     const char *data = in_dir("set.jsonl");
-    write_text(data, data_text);
+    cr_assert_eq(host_write_atomic(data, data_text, strlen(data_text)), TANDEM_OK);
     struct calibrate_params p = params(kev_model(), data, in_dir("out.gguf"));
     p.eval.endpoint = endpoint;
     p.eval.timeout_ms = 5000;

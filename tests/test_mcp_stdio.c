@@ -1,7 +1,8 @@
 /* Unit tests for mcp_stdio: the MCP bridge `tandem mcp` serves on stdio.
  *
  * Each test feeds lines to mcp_stdio_run from a temporary file or a pipe and
- * reads what it wrote to a temporary file: the handshake and ping answered
+ * reads what it wrote (to a temporary file, or to a pipe awaited with poll
+ * while the input stays open): the handshake and ping answered
  * in order, CRLF and a last line without its newline, a line over
  * MCP_STDIO_MAX_MESSAGE refused with docs/mcp.md's -32600 and the rest of
  * that line skipped, a tool call that reaches no daemon answered as a tool
@@ -9,13 +10,12 @@
  * The daemon's url is http://127.0.0.1:1, where nothing listens, so no test
  * needs a daemon. */
 #include <criterion/criterion.h>
-#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -186,12 +186,10 @@ static void *run_thread(void *arg) {
 Test(mcp_stdio, a_call_that_reaches_no_daemon_is_answered_as_a_tool_error, .timeout = 30) {
     struct mcp_stdio *s = bridge(NULL);
     cr_assert_not(mcp_stdio_refresh_catalog(s), "nothing listens at " NOWHERE);
-    int p[2];
+    int p[2], o[2];
     cr_assert_eq(pipe(p), 0);
-    char path[] = "/tmp/test_mcp_stdio_XXXXXX";
-    int ofd = mkstemp(path);
-    cr_assert(ofd >= 0);
-    struct run_args a = {.s = s, .fd = p[0], .out = fdopen(dup(ofd), "w")};
+    cr_assert_eq(pipe(o), 0);
+    struct run_args a = {.s = s, .fd = p[0], .out = fdopen(o[1], "w")};
     cr_assert_not_null(a.out);
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, run_thread, &a), 0);
@@ -200,20 +198,21 @@ Test(mcp_stdio, a_call_that_reaches_no_daemon_is_answered_as_a_tool_error, .time
     cr_assert_eq(write(p[1], call, sizeof call - 1), (ssize_t)(sizeof call - 1));
     /* the answer comes from the call's thread while the input stays open */
     char buf[8192];
-    ssize_t n = 0;
-    for (int i = 0; i < 2000 && !memchr(buf, '\n', n > 0 ? (size_t)n : 0); i++) {
-        struct timespec ms10 = {0, 10 * 1000 * 1000};
-        nanosleep(&ms10, NULL);
-        n = pread(ofd, buf, sizeof buf - 1, 0);
+    size_t n = 0;
+    struct pollfd pfd = {.fd = o[0], .events = POLLIN};
+    while (!memchr(buf, '\n', n) && n < sizeof buf - 1 && poll(&pfd, 1, 20000) == 1) {
+        ssize_t k = read(o[0], buf + n, sizeof buf - 1 - n);
+        cr_assert(k > 0, "the output ended before the answer");
+        n += (size_t)k;
     }
     close(p[1]);
     cr_assert_eq(pthread_join(t, NULL), 0);
     mcp_stdio_free(s);
     fclose(a.out);
     close(p[0]);
-    n = pread(ofd, buf, sizeof buf - 1, 0);
-    close(ofd);
-    unlink(path);
+    for (ssize_t k; n < sizeof buf - 1 && (k = read(o[0], buf + n, sizeof buf - 1 - n)) > 0;)
+        n += (size_t)k; /* whatever else it wrote before the input ended */
+    close(o[0]);
     cr_assert(n > 0, "no answer");
     buf[n] = '\0';
     char *nl = strchr(buf, '\n');
