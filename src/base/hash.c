@@ -40,6 +40,20 @@ tandem_err hash_buffer_sha256(const void *data, size_t len, char hex[HASH_SHA256
     return TANDEM_OK;
 }
 
+tandem_err hash_sha256_pair(const void *a, size_t alen, const void *b, size_t blen,
+                            unsigned char out[HASH_SHA256_LEN]) {
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx)
+        return TANDEM_ERR_NOMEM;
+    unsigned int md_len = 0;
+    bool ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1 &&
+              (!alen || EVP_DigestUpdate(ctx, a, alen) == 1) &&
+              (!blen || EVP_DigestUpdate(ctx, b, blen) == 1) &&
+              EVP_DigestFinal_ex(ctx, out, &md_len) == 1 && md_len == HASH_SHA256_LEN;
+    EVP_MD_CTX_free(ctx);
+    return ok ? TANDEM_OK : TANDEM_ERR_IO;
+}
+
 tandem_err hash_file_sha256(const char *path, char hex[HASH_SHA256_HEX_LEN + 1], char *err,
                             size_t errlen) {
     FILE *f = fopen(path, "rb");

@@ -30,4 +30,12 @@ tandem_err hash_file_sha256_cached(const char *path, char hex[HASH_SHA256_HEX_LE
  * libcrypto fails. */
 tandem_err hash_buffer_sha256(const void *data, size_t len, char hex[HASH_SHA256_HEX_LEN + 1]);
 
+#define HASH_SHA256_LEN 32
+
+/* Writes the SHA-256 of a[alen] followed by b[blen] (both borrowed; either
+ * may be NULL when its length is 0) into out[HASH_SHA256_LEN], raw bytes.
+ * Returns TANDEM_ERR_IO when libcrypto fails, TANDEM_ERR_NOMEM. */
+tandem_err hash_sha256_pair(const void *a, size_t alen, const void *b, size_t blen,
+                            unsigned char out[HASH_SHA256_LEN]);
+
 #endif

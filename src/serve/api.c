@@ -152,6 +152,8 @@ static void audit_call(struct api_call *c, int status, const char *error) {
         json_object_set_new(rec, "upstream", c->upstream[0] ? json_string(c->upstream) : json_null());
     if (c->attempts)
         json_object_set_new(rec, "attempts", json_integer(c->attempts));
+    if (c->cache)
+        json_object_set_new(rec, "cache", json_string(c->cache));
     if (c->deadline_ms)
         json_object_set_new(rec, "deadline_ms", json_integer(c->deadline_ms));
     if (error)
@@ -212,6 +214,8 @@ static void publish_request(struct api_call *c, int status) {
 /* The one exit of a call: logs it and frees it. The answer was sent (or the
  * client is gone) before this. */
 void api_call_finish(struct api_call *c, int status, const char *error) {
+    dcache_ticket_cancel(c->ticket); /* identical requests waiting look up again */
+    c->ticket = NULL;
     if (c->job)
         sched_job_timing(c->job, &c->timing);
     audit_call(c, status, error);
@@ -309,6 +313,8 @@ void api_call_add_headers(struct api_call *c) {
         http_req_add_header(c->r, "X-Tandem-Model", c->model->cm->name);
         http_req_add_header(c->r, "X-Tandem-Queue-Position", pos);
     }
+    if (c->cache)
+        http_req_add_header(c->r, "x-tandem-cache", c->cache);
 }
 
 void api_call_reply_json(struct api_call *c, int status, json_t *body) {
@@ -520,6 +526,7 @@ static const struct route_def {
     {{"/metrics", "GET HEAD"}, API_ROUTE_METRICS},
     {{"/admin/models/{name}/load", "POST"}, API_ROUTE_ADMIN},
     {{"/admin/models/{name}/unload", "POST"}, API_ROUTE_ADMIN},
+    {{"/admin/cache/clear", "POST"}, API_ROUTE_ADMIN},
     {{"/openapi.yaml", "GET HEAD"}, API_ROUTE_OPENAPI},
     {{"/v1/events", "GET"}, API_ROUTE_EVENTS},
     {{"/ui", "GET HEAD"}, API_ROUTE_UI},
@@ -979,6 +986,28 @@ static void register_load_metrics(struct api *a) {
                                  NULL, 0);
 }
 
+/* The decision cache's series, by model (docs/serve.md, Decision cache). */
+static void register_cache_metrics(struct api *a) {
+    static const char *const model[] = {"model", NULL};
+    static const char *const help[API_CACHE_COUNTERS] = {
+        "Decisions answered from the decision cache",
+        "Decisions the cache looked up and did not hold (evaluated)",
+        "Decisions that waited for an identical one in flight",
+        "Decisions that skipped the lookup (Cache-Control: no-cache)",
+        "Cached decisions dropped for room (LRU, cache.max_bytes)",
+        "Cached decisions dropped by a changed model file, a SIGHUP or a clear"};
+    for (size_t i = 0; i < API_CACHE_COUNTERS; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "tandem_cache_%s_total", api_cache_counter_names[i]);
+        a->m_cache[i] = prom_register(a->p.metrics, PROM_COUNTER, name, help[i], model, NULL, 0);
+    }
+    a->m_cache_entries = prom_register(a->p.metrics, PROM_GAUGE, "tandem_cache_entries",
+                                       "Decisions held in the decision cache", model, NULL, 0);
+    a->m_cache_bytes = prom_register(a->p.metrics, PROM_GAUGE, "tandem_cache_bytes",
+                                     "Bytes the decision cache holds (answers and bookkeeping)",
+                                     model, NULL, 0);
+}
+
 static void register_metrics(struct api *a) {
     struct prom *p = a->p.metrics;
     static const char *const req_labels[] = {"model", "route", "status", NULL};
@@ -992,6 +1021,7 @@ static void register_metrics(struct api *a) {
                                   NULL, 0);
     a->m_latency = prom_register(p, PROM_HISTOGRAM, "tandem_request_duration_seconds",
                                  "Arrival to answer", route, bounds, nb);
+    register_cache_metrics(a);
     a->m_queue_wait = prom_register(p, PROM_HISTOGRAM, "tandem_queue_wait_seconds",
                                     "Arrival to engine (queued and loading)", route, bounds, nb);
     register_load_metrics(a);
@@ -1027,8 +1057,11 @@ void api_free(struct api *a) {
     if (!a)
         return;
     mcp_http_free(a->mcp); /* its tools' calls are api calls: they end below */
+    a->closing = true;     /* a call woken by the decision cache below does nothing */
     struct api_call *c;
     while ((c = TAILQ_FIRST(&a->calls))) {
+        dcache_ticket_cancel(c->ticket);
+        c->ticket = NULL;
         if (c->up)
             upstream_cancel(c->up);
         c->up = NULL;
@@ -1044,6 +1077,7 @@ void api_free(struct api *a) {
         mem_free(c->response_copy);
         mem_free(c);
     }
+    mem_free(a->cache_published);
     mem_free(a);
 }
 

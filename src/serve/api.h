@@ -27,6 +27,7 @@
 #include "serve/audit.h"
 #include "serve/events.h"
 #include "serve/config.h"
+#include "serve/dcache.h"
 #include "serve/http.h"
 #include "serve/mcp_http.h"
 #include "base/nvml.h"
@@ -65,7 +66,9 @@ struct api_params {
     const struct pipeline_set *pipelines; /* the config's pipelines (possibly none) */
     struct events *events;         /* GET /v1/events, and where requests and verdicts
                                     * are published; NULL = none */
-    struct event_base *base;       /* the daemon's loop (POST /mcp's progress timers) */
+    struct event_base *base;       /* the daemon's loop (POST /mcp's progress timers,
+                                    * a pipeline stage's cache hit) */
+    struct dcache *cache;          /* the decision cache (serve/dcache); NULL = none */
 };
 
 struct api; /* opaque */

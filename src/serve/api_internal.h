@@ -26,6 +26,11 @@
 
 #define API_AUDIT_BODY_MAX (256u << 10) /* bytes of a body the audit log and events show */
 
+/* The decision cache's counters on /metrics and /v1/status, by name: "hits", "misses",
+ * "coalesced", "bypasses", "evictions", "invalidations" (api_local.c). */
+#define API_CACHE_COUNTERS 6
+extern const char *const api_cache_counter_names[API_CACHE_COUNTERS];
+
 /* The routes, in the router's order of kinds: everything up to API_ROUTE_PIPELINE is
  * work for a model or a pipeline (admission limits, `request` events), the rest is
  * answered locally. api_route_names[] holds their names for metrics and the audit log. */
@@ -54,11 +59,14 @@ struct api {
     struct prom_metric *m_requests, *m_latency, *m_queue_wait, *m_gpu_used, *m_gpu_total;
     struct prom_metric *m_rejections, *m_model_waiting, *m_model_running;
     struct prom_metric *m_audit_errors, *m_audit_dropped;
+    struct prom_metric *m_cache[API_CACHE_COUNTERS], *m_cache_entries, *m_cache_bytes;
+    struct dcache_stats *cache_published; /* per local model: the counts on /metrics */
     struct api_node_gauges g;
     struct mcp_http *mcp;          /* POST /mcp, made at its first request */
     struct audit_stats audit_seen; /* the counts last published, and whether it failed */
     int64_t audit_logged_at;       /* the last stderr line about a failing audit log */
     bool audit_said_failing;       /* that line was printed; no "recovered" since */
+    bool closing;                  /* api_free is ending every call */
 };
 
 struct api_call {
@@ -94,6 +102,9 @@ struct api_call {
                           * 0 = estimate from the load */
     long input_tokens;
     char *response_copy; /* for the audit log with logs.bodies */
+    struct dcache_ticket *ticket; /* its part in a decision-cache flight, or NULL */
+    const char *cache;   /* what the decision cache did: "hit", "miss", "coalesced",
+                          * "bypass", "partial" (a pipeline), or NULL (not cached) */
     TAILQ_ENTRY(api_call) link; /* on api->calls */
 };
 

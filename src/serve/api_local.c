@@ -91,7 +91,105 @@ static json_t *models_json(const struct api *a) {
     return json_pack("{sssoso}", "object", "list", "data", data, "models", models);
 }
 
+/* --- the decision cache ------------------------------------------------------------------------ */
+
+const char *const api_cache_counter_names[API_CACHE_COUNTERS] = {
+    "hits", "misses", "coalesced", "bypasses", "evictions", "invalidations"};
+
+/* st's counters in api_cache_counter_names' order. */
+static void cache_counters(const struct dcache_stats *st, uint64_t out[API_CACHE_COUNTERS]) {
+    const uint64_t v[API_CACHE_COUNTERS] = {st->hits, st->misses, st->coalesced, st->bypasses,
+                                            st->evictions, st->invalidations};
+    memcpy(out, v, sizeof v);
+}
+
+/* The counts st as JSON, with enabled when it is a model's (enabled >= 0). */
+static json_t *cache_stats_json(const struct dcache_stats *st, int enabled) {
+    uint64_t v[API_CACHE_COUNTERS];
+    cache_counters(st, v);
+    json_t *j = json_pack("{sIsI}", "entries", (json_int_t)st->entries, "bytes",
+                          (json_int_t)st->bytes);
+    for (size_t i = 0; j && i < API_CACHE_COUNTERS; i++)
+        json_object_set_new(j, api_cache_counter_names[i], json_integer((json_int_t)v[i]));
+    if (j && enabled >= 0)
+        json_object_set_new(j, "enabled", json_boolean(enabled));
+    return j;
+}
+
+/* /v1/status's "cache", and each local model's "cache" in its "models". */
+static void add_cache_status(const struct api *a, json_t *status) {
+    struct dcache_stats st;
+    dcache_stats(a->p.cache, SIZE_MAX, &st);
+    json_t *total = cache_stats_json(&st, -1);
+    json_object_set_new(total, "max_bytes", json_integer((json_int_t)dcache_max_bytes(a->p.cache)));
+    json_object_set_new(status, "cache", total);
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(status, "models"), i, m) {
+        const struct api_model *am =
+            api_find_model(a, json_string_value(json_object_get(m, "name")));
+        if (!am || am->sched_index == SIZE_MAX)
+            continue;
+        dcache_stats(a->p.cache, am->sched_index, &st);
+        json_object_set_new(m, "cache", cache_stats_json(&st, dcache_model_enabled(
+                                                                  a->p.cache, am->sched_index)));
+    }
+}
+
+/* The cache's series on /metrics: counters grow by what happened since the
+ * last scrape (a->cache_published), gauges are set. */
+static void update_cache_metrics(struct api *a) {
+    size_t n = sched_model_count(a->p.sched);
+    if (!a->m_cache_bytes || !n ||
+        (!a->cache_published && !(a->cache_published = mem_calloc(n, sizeof *a->cache_published))))
+        return;
+    for (size_t i = 0; i < a->p.n_models; i++) {
+        const struct api_model *m = &a->p.models[i];
+        if (m->sched_index >= n)
+            continue;
+        struct dcache_stats st;
+        uint64_t now[API_CACHE_COUNTERS], was[API_CACHE_COUNTERS];
+        dcache_stats(a->p.cache, m->sched_index, &st);
+        cache_counters(&st, now);
+        cache_counters(&a->cache_published[m->sched_index], was);
+        const char *labels[] = {m->cm->name};
+        for (size_t k = 0; k < API_CACHE_COUNTERS; k++)
+            prom_add(a->m_cache[k], labels, (double)(now[k] - was[k]));
+        prom_set(a->m_cache_entries, labels, (double)st.entries);
+        prom_set(a->m_cache_bytes, labels, (double)st.bytes);
+        a->cache_published[m->sched_index] = st;
+    }
+}
+
+/* POST /admin/cache/clear[?model=NAME]: drops the cached decisions of one
+ * model, or of all. */
+static void handle_cache_clear(struct api_call *c) {
+    struct evhttp_uri *u = evhttp_uri_parse_with_flags(http_req_uri(c->r), EVHTTP_URI_NONCONFORMANT);
+    const char *query = u ? evhttp_uri_get_query(u) : NULL;
+    struct evkeyvalq q;
+    TAILQ_INIT(&q);
+    const char *name = query && evhttp_parse_query_str(query, &q) == 0
+                           ? evhttp_find_header(&q, "model") : NULL;
+    c->model = name ? api_find_model(c->api, name) : NULL;
+    if (name && (!c->model || c->model->sched_index == SIZE_MAX)) {
+        api_call_fail(c, 404, "model_not_found", c->model ? "the model is remote: tandem "
+                      "caches only its local models' decisions" : "unknown model", "model", NULL);
+    } else {
+        uint64_t n = dcache_clear(c->api->p.cache, c->model ? c->model->sched_index : SIZE_MAX);
+        api_call_reply_json(c, 200, json_pack("{sIso}", "cleared", (json_int_t)n, "model",
+                                              c->model ? json_string(c->model->cm->name)
+                                                       : json_null()));
+        api_call_finish(c, 200, NULL);
+    }
+    evhttp_clear_headers(&q);
+    evhttp_uri_free(u);
+}
+
 static void handle_admin(struct api_call *c) {
+    if (!strcmp(http_req_path(c->r), "/admin/cache/clear")) {
+        handle_cache_clear(c);
+        return;
+    }
     const char *path = http_req_path(c->r) + strlen("/admin/models/");
     const char *slash = strrchr(path, '/'); /* the router matched ".../load" or ".../unload" */
     char name[256];
@@ -167,6 +265,7 @@ static void update_load_gauges(struct api *a) {
 static void handle_metrics(struct api_call *c) {
     update_gpu_gauges(c->api);
     update_load_gauges(c->api);
+    update_cache_metrics(c->api);
     struct mem_buf b;
     mem_buf_init(&b, 64u << 20);
     if (!c->api->p.metrics || prom_render(c->api->p.metrics, &b) != TANDEM_OK) {
@@ -372,6 +471,7 @@ void api_local_handle(struct api_call *c) {
         json_object_set_new(j, "remote", remote_json(a));
         json_object_set_new(j, "calls_in_flight", json_integer(a->in_flight - 1));
         json_object_set_new(j, "audit", audit_json(a));
+        add_cache_status(a, j);
         json_object_set_new(j, "events", a->p.events ? json_pack("{sisIsi}", "subscribers",
                                                                  events_subscribers(a->p.events),
                                                                  "dropped", (json_int_t)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/queue.h>
 
 #include <jansson.h>
@@ -109,6 +110,27 @@ static void on_engine_chunk(void *user, struct evbuffer *data) {
     /* a buffered answer accumulates in the request's buffer: see on_engine_done */
 }
 
+/* Answers c with its engine's final answer (status, text[len]: the engine's, or,
+ * for a request that waited in the decision cache, an identical request's) and
+ * ends it. */
+static void answer_from_engine(struct api_call *c, int status, const char *text, size_t len) {
+    if (status != 200) {
+        engine_error(c, status, text, len);
+        return;
+    }
+    json_t *resp = json_loadb(text, len, 0, NULL);
+    c->input_tokens = usage_input_tokens(resp);
+    json_decref(resp);
+    if (c->job && c->route == API_ROUTE_SYSTEMONE && c->input_tokens > 0)
+        sched_job_tokens(c->job, c->input_tokens); /* a decision's cost per prompt token */
+    if (c->api->p.cfg->log_bodies)
+        c->response_copy = mem_strndup(text, len < API_AUDIT_BODY_MAX ? len : API_AUDIT_BODY_MAX);
+    api_call_add_headers(c);
+    http_req_reply(c->r, 200, "application/json", text, len);
+    c->answered = true;
+    api_call_finish(c, 200, NULL);
+}
+
 static void on_engine_done(void *user, int status, struct evbuffer *body, const char *error) {
     struct api_call *c = user;
     c->up = NULL;
@@ -128,21 +150,10 @@ static void on_engine_done(void *user, int status, struct evbuffer *body, const 
     if (status >= 500 && status != 501 && !too_large(text, len) &&
         sched_job_engine_error(c->job, status, text)) /* resent: on_job_start follows */
         return;
-    if (status != 200) {
-        engine_error(c, status, text, len);
-        return;
-    }
-    json_t *resp = json_loadb(text, len, 0, NULL);
-    c->input_tokens = usage_input_tokens(resp);
-    json_decref(resp);
-    if (c->route == API_ROUTE_SYSTEMONE && c->input_tokens > 0)
-        sched_job_tokens(c->job, c->input_tokens); /* a decision's cost per prompt token */
-    if (c->api->p.cfg->log_bodies)
-        c->response_copy = mem_strndup(text, len < API_AUDIT_BODY_MAX ? len : API_AUDIT_BODY_MAX);
-    api_call_add_headers(c);
-    http_req_reply(c->r, 200, "application/json", text, len);
-    c->answered = true;
-    api_call_finish(c, 200, NULL);
+    struct dcache_ticket *t = c->ticket; /* identical requests waiting get the same */
+    c->ticket = NULL;
+    dcache_ticket_done(t, &(struct dcache_answer){status, text, len});
+    answer_from_engine(c, status, text, len);
 }
 
 static const struct upstream_ops engine_ops = {
@@ -387,14 +398,8 @@ static void fail_model_failed(struct api_call *c) {
               NULL);
 }
 
-static void submit(struct api_call *c) {
-    int64_t due;
-    if (!deadline(c, &due))
-        return;
-    if (c->model->remote_index != SIZE_MAX) {
-        submit_remote(c, due);
-        return;
-    }
+/* Submits c to its local model's scheduler queue, due at due. */
+static void submit_job(struct api_call *c, int64_t due) {
     bool idempotent = (c->route == API_ROUTE_SYSTEMONE || c->route == API_ROUTE_EMBEDDINGS) &&
                       !json_is_true(json_object_get(c->request, "stream"));
     tandem_err e = sched_submit(c->api->p.sched, c->model->sched_index, due,
@@ -418,6 +423,98 @@ static void submit(struct api_call *c) {
                   e == TANDEM_ERR_UNSUPPORTED ? "tandem is shutting down" : tandem_strerror(e), NULL,
                   NULL);
     }
+}
+
+/* --- the decision cache ------------------------------------------------------------------------ */
+
+static const char *const cache_outcome_names[] = {
+    [DCACHE_OFF] = NULL, [DCACHE_HIT] = "hit", [DCACHE_WAIT] = "coalesced",
+    [DCACHE_LEAD] = "miss", [DCACHE_BYPASS] = "bypass"};
+
+/* Whether the request's Cache-Control (or Pragma) holds directive (e.g.
+ * "no-cache"), a comma-separated token in any case. */
+static bool cache_directive(const struct api_call *c, const char *directive) {
+    const char *names[] = {"Cache-Control", "Pragma"};
+    size_t n = strlen(directive);
+    for (size_t i = 0; i < 2; i++)
+        for (const char *h = http_req_header(c->r, names[i]); h && *h; h += strcspn(h, ",")) {
+            h += strspn(h, ", \t");
+            size_t len = strcspn(h, ",= \t");
+            if (len == n && !strncasecmp(h, directive, n))
+                return true;
+        }
+    return false;
+}
+
+/* Answers c with a cached answer (body[len], an engine's 200 of exactly this
+ * request), marked "cached": true, and ends it. */
+static void answer_hit(struct api_call *c, const char *body, size_t len) {
+    static const char mark[] = "{\"cached\":true,";
+    bool object = len > 2 && body[0] == '{' && body[1] == '"';
+    char *text = object ? mem_alloc(len + sizeof mark - 2) : NULL;
+    if (text) {
+        memcpy(text, mark, sizeof mark - 1);
+        memcpy(text + sizeof mark - 1, body + 1, len - 1);
+    }
+    json_t *resp = json_loadb(body, len, 0, NULL);
+    c->input_tokens = usage_input_tokens(resp);
+    json_decref(resp);
+    if (c->api->p.cfg->log_bodies)
+        c->response_copy = mem_strndup(body, len < API_AUDIT_BODY_MAX ? len : API_AUDIT_BODY_MAX);
+    api_call_add_headers(c);
+    http_req_reply(c->r, 200, "application/json", text ? text : body,
+                   text ? len + sizeof mark - 2 : len);
+    mem_free(text);
+    c->answered = true;
+    api_call_finish(c, 200, NULL);
+}
+
+static bool look_up(struct api_call *c, int64_t due);
+
+/* The identical request c waited for ended: its answer is c's; without one
+ * (it went away), c looks up again and may lead. */
+static void on_cache_wake(void *user, const struct dcache_answer *a) {
+    struct api_call *c = user;
+    c->ticket = NULL;
+    if (c->api->closing)
+        return;
+    if (a) {
+        answer_from_engine(c, a->status, a->body, a->len);
+        return;
+    }
+    int64_t due = c->deadline_ms ? c->t0 + c->deadline_ms : 0;
+    if (!look_up(c, due))
+        submit_job(c, due);
+}
+
+/* Looks a decision up in the cache: a hit is answered, an identical request
+ * in flight is waited for. Returns true when c needs no job of its own. */
+static bool look_up(struct api_call *c, int64_t due) {
+    char *text = json_dumps(c->request, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!text)
+        return false;
+    struct dcache_request rq = {.model = c->model->sched_index, .text = text,
+                                .len = strlen(text), .deadline_ms = due,
+                                .no_lookup = cache_directive(c, "no-cache"),
+                                .no_store = cache_directive(c, "no-store"),
+                                .wake = on_cache_wake, .user = c};
+    struct dcache_answer hit;
+    enum dcache_outcome o = dcache_lookup(c->api->p.cache, &rq, &c->ticket, &hit);
+    free(text);
+    c->cache = cache_outcome_names[o];
+    if (o == DCACHE_HIT)
+        answer_hit(c, hit.body, hit.len);
+    return o == DCACHE_HIT || o == DCACHE_WAIT;
+}
+
+static void submit(struct api_call *c) {
+    int64_t due;
+    if (!deadline(c, &due))
+        return;
+    if (c->model->remote_index != SIZE_MAX)
+        submit_remote(c, due);
+    else if (c->route != API_ROUTE_SYSTEMONE || !look_up(c, due))
+        submit_job(c, due);
 }
 
 static void handle_systemone_pipeline(struct api_call *c, const char *name);
@@ -475,6 +572,7 @@ static void on_pipeline_done(void *user, struct pipeline_outcome *o) {
     c->timing = o->sum;
     c->input_tokens = o->input_tokens;
     c->attempts = 1 + o->resends;
+    c->cache = !o->looked ? NULL : o->cached == o->looked ? "hit" : o->cached ? "partial" : "miss";
     snprintf(c->verdict, sizeof c->verdict, "%s", o->verdict ? o->verdict : "");
     const char *msg = json_string_value(json_object_get(json_object_get(o->body, "error"), "message"));
     char error[600];
@@ -511,7 +609,8 @@ static void start_pipeline(struct api_call *c, const char *name, const json_t *r
     int64_t due;
     if (!deadline(c, &due))
         return;
-    struct pipeline_env env = {c->api->p.sched, c->api->p.engines, c->api->p.remote};
+    struct pipeline_env env = {c->api->p.sched, c->api->p.engines, c->api->p.remote,
+                               c->api->p.cache, c->api->p.base};
     char err[1200], param[256];
     int status;
     if (pipeline_run_start(c->api->p.pipelines, &env, c->pipeline, request, c->id, due,

@@ -60,6 +60,8 @@ struct config_model {
     bool pin;                      /* preloaded at start, never evicted */
     bool relaxed;                  /* determinism: relaxed (several slots; answers may move
                                     * under concurrent load), else strict (one slot) */
+    bool cache;                    /* cache: its decisions go in the decision cache;
+                                    * default true (a relaxed model never does) */
     int32_t priority;              /* higher wins when models compete; default 0 */
     char **extra_args;             /* appended to the llama-server argv, verbatim */
     size_t n_extra_args;
@@ -196,6 +198,8 @@ struct config {
     char *audit_path;              /* logs.audit: default <log_dir>/audit.jsonl;
                                     * "off" disables (NULL) */
     bool log_bodies;               /* logs.bodies: default false */
+    uint64_t cache_max_bytes;      /* cache.max_bytes: the decision cache's cap, counted
+                                    * as host RAM by the planner; 0 = off; default 64 MiB */
     uint64_t audit_max_bytes;      /* logs.audit_max: rotate past this; default 64 MiB */
     uint32_t audit_keep;           /* logs.audit_keep: rotated files kept; default 5 */
     bool audit_fail;               /* logs.audit_on_error: fail (true) refuses requests

@@ -111,6 +111,8 @@ static const struct config_field METRICS[] = {
     {"compat", CONFIG_ENUM(struct config, metrics_vllm, METRICS_COMPAT), .def = "none"},
     {"require_key", CONFIG_BOOL(struct config, metrics_require_key)},
     {0}};
+static const struct config_field CACHE[] = {
+    {"max_bytes", CONFIG_SIZE(struct config, cache_max_bytes), .def = "64MiB"}, {0}};
 static const struct config_field LOGS[] = {
     {"dir", CONFIG_PATH(struct config, log_dir)},
     {"audit", CONFIG_CUSTOM(k_audit)},
@@ -282,13 +284,14 @@ static const struct config_field MODEL_FIELDS[] = {
     {"api_key_env", CONFIG_CUSTOM(k_u_api_key_env), .via = upstream_of},
     {"timeout", CONFIG_DURATION(struct config_upstream, timeout_ms), .via = upstream_of},
     {"health", CONFIG_CUSTOM(k_u_health), .via = upstream_of},
+    {"cache", CONFIG_BOOL(struct config_model, cache), .def = "true"},
     {0}};
 
 /* Keys that configure a local engine, refused beside upstream:. */
 static const char *const LOCAL_ONLY_KEYS[] = {
     "ctx", "ngl", "parallel", "cache_type_k", "cache_type_v", "flash_attn", "batch", "ubatch",
     "keep_alive", "pin", "priority", "load_timeout", "extra_args", "device", "threads",
-    "determinism", NULL};
+    "determinism", "cache", NULL};
 static const char *const REMOTE_ONLY_KEYS[] = {"dialect", "api_key_env", "timeout", "health",
                                                NULL};
 
@@ -840,6 +843,7 @@ static const struct config_field ROOT[] = {
     {"mcp", CONFIG_SECTION(MCP)},
     {"allowed_hosts", CONFIG_CUSTOM(k_allowed_hosts)},
     {"allowed_origins", CONFIG_CUSTOM(k_allowed_origins)},
+    {"cache", CONFIG_SECTION(CACHE)},
     {0}};
 
 bool config_schema_defaults(struct config_walk *w, struct config *c) {
@@ -852,7 +856,7 @@ bool config_schema_walk(struct config_walk *w, struct fy_node *root, struct conf
 
 const struct config_field *const *config_schema_tables(void) {
     static const struct config_field *const tables[] = {
-        ROOT, BUDGET, ENGINE, DEFAULTS, LIMITS, SCHEDULING, SHUTDOWN, NODE, METRICS, LOGS, MCP,
+        ROOT, BUDGET, ENGINE, DEFAULTS, LIMITS, SCHEDULING, SHUTDOWN, NODE, METRICS, LOGS, MCP, CACHE,
         MODEL_FIELDS, QUESTION_FIELDS, QUESTION_TYPE, DECIDE_FIELDS, VERIFY_FIELDS,
         VERDICT_FIELDS, ESCALATE_FIELDS, PIPELINE_FIELDS, NULL};
     return tables;

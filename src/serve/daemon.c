@@ -55,6 +55,7 @@
 #include "serve/audit.h"
 #include "base/cache.h"
 #include "serve/config.h"
+#include "serve/dcache.h"
 #include "serve/drain.h"
 #include "engine/engine.h"
 #include "plan/fit.h"
@@ -105,6 +106,7 @@ struct daemon {
     struct nvml *nvml; /* NULL without an NVIDIA driver */
     struct audit *audit;
     struct sched *sched;
+    struct dcache *cache;  /* the decision cache, by scheduler index */
     struct events *events; /* GET /v1/events */
     struct api *api;
     struct http_server *server;
@@ -144,6 +146,9 @@ static void config_budget(const struct config *cfg, struct daemon *sv) {
         o.ram = cfg->ram, o.have_ram = true;
     sv->budget_source = plan_cli_budget(&o, &sv->budget, &sv->budget_total);
     sv->simulated = plan_cli_place_budget(&o, &sv->budget, &sv->place_budget);
+    /* the decision cache is the daemon's own host memory, at most its cap */
+    uint64_t *host = &sv->place_budget.host_bytes;
+    *host = *host > cfg->cache_max_bytes ? *host - cfg->cache_max_bytes : 0;
 }
 
 /* The modification time of path in Unix seconds, 0 when it cannot be read:
@@ -261,7 +266,10 @@ static int plan_placement(struct daemon *sv, struct sched_model_spec *specs) {
     for (size_t k = 0; k < sv->n_local; k++)
         apply_slot(sv, sv->local[k], k, &r->best.slot[k], threads[k], &specs[k]);
     units_format_bytes(sv->budget_total, total, sizeof total);
-    fprintf(stderr, "tandem serve: budget %s (%s)%s\n", total, sv->budget_source,
+    char cache[32];
+    units_format_bytes(sv->cfg->cache_max_bytes, cache, sizeof cache);
+    fprintf(stderr, "tandem serve: budget %s (%s), less %s of host RAM for the decision cache "
+            "(cache.max_bytes)%s\n", total, sv->budget_source, cache,
             sv->simulated ? "; GPU simulated: no GPU found, engines run on the CPU as though "
                             "it existed"
                           : "");
@@ -380,7 +388,8 @@ static struct api_params api_params(struct daemon *sv) {
                                .engines = sched_engine_client(sv->sched), .remote = sv->remote,
                                .metrics = sv->metrics, .audit = sv->audit,
                                .nvml = sv->nvml, .pipelines = sv->pipelines,
-                               .events = sv->events, .base = sv->base};
+                               .events = sv->events, .base = sv->base,
+                               .cache = sv->cache};
 }
 
 /* The server's head hook: the api's check, before a body is read. */
@@ -481,6 +490,34 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
         sched_shutdown_now(sv->sched);
 }
 
+/* What of spec changes the numbers its engine computes, as text: the
+ * decision cache's part of a model's identity besides its file and engine. */
+static void cache_settings(const struct sched_model_spec *spec, char *out, size_t cap) {
+    const struct plan_settings *s = &spec->settings;
+    int n = snprintf(out, cap, "ctx=%u ngl=%d parallel=%u kv_unified=%d type_k=%u type_v=%u "
+                     "flash_attn=%d batch=%u ubatch=%u kv_offload=%d swa_full=%d gpu=%d "
+                     "threads=%u device=%d args:", s->ctx, s->ngl, s->parallel, s->kv_unified,
+                     s->type_k, s->type_v, s->flash_attn, s->batch, s->ubatch, s->kv_offload,
+                     s->swa_full, s->gpu, s->threads, spec->device);
+    for (char *const *a = spec->extra_args; a && *a && n >= 0 && (size_t)n < cap; a++)
+        n += snprintf(out + n, cap - (size_t)n, " %s", *a);
+}
+
+/* Tells the decision cache what each local model is, and whether cfg caches it. */
+static int describe_cache_models(struct daemon *sv, const struct config *cfg) {
+    char settings[4096];
+    for (size_t k = 0; k < sv->n_local; k++) {
+        const struct config_model *cm = &cfg->models[sv->local[k]];
+        cache_settings(&sv->specs[k], settings, sizeof settings);
+        struct dcache_model_spec spec = {.path = cm->path, .engine = sv->engine,
+                                         .settings = settings,
+                                         .enabled = cm->cache && !cm->relaxed};
+        if (dcache_model_set(sv->cache, k, &spec) == TANDEM_ERR_NOMEM)
+            return 1;
+    }
+    return 0;
+}
+
 /* Keeps a replaced config and pipeline set until exit: pipeline runs in
  * flight may still point into them. */
 static bool retire(struct daemon *sv, struct config *cfg, struct pipeline_set *set) {
@@ -510,6 +547,7 @@ static bool apply_config(struct daemon *sv, struct config *next) {
         sv->models[i].cm = &next->models[i];
     sv->cfg = next;
     sv->pipelines = set;
+    (void)describe_cache_models(sv, next); /* cache: may change in place */
     sv->default_model = default_model_index(sv);
     struct api_params p = api_params(sv);
     api_set_params(sv->api, &p);
@@ -517,6 +555,19 @@ static bool apply_config(struct daemon *sv, struct config *next) {
     http_server_set_limits(sv->server, &hp);
     events_set_max_clients(sv->events, next->max_event_clients);
     return true;
+}
+
+/* A SIGHUP that changes a model's settings drops that model's cached
+ * decisions (docs/serve.md, Decision cache); the settings themselves apply
+ * at the next start. */
+static void forget_changed_models(struct daemon *sv, const struct config *next) {
+    for (size_t k = 0; k < sv->n_local && sv->cfg->n_models == next->n_models; k++) {
+        size_t i = sv->local[k];
+        if (!reload_model_same(&sv->cfg->models[i], &next->models[i]) &&
+            dcache_clear(sv->cache, k))
+            fprintf(stderr, "tandem serve: SIGHUP: %s changed: its cached decisions were "
+                    "dropped\n", sv->cfg->models[i].name);
+    }
 }
 
 static void on_hup(evutil_socket_t sig, short what, void *arg) {
@@ -529,7 +580,8 @@ static void on_hup(evutil_socket_t sig, short what, void *arg) {
         fprintf(stderr, "tandem serve: SIGHUP: keeping the running config: %s\n", err);
     } else if (!reload_models_same(sv->cfg, next)) {
         fprintf(stderr, "tandem serve: SIGHUP: the models or their placement changed; restart "
-                        "tandem to apply (nothing was changed)\n");
+                        "tandem to apply (nothing else was changed)\n");
+        forget_changed_models(sv, next);
         config_free(next);
     } else if (!apply_config(sv, next)) {
         fprintf(stderr, "tandem serve: SIGHUP: keeping the running config\n");
@@ -639,7 +691,9 @@ static int run(struct daemon *sv, const struct sched_model_spec *specs) {
         if (sched_add_model(sv->sched, &specs[k], &idx) != TANDEM_OK)
             return 1;
     }
-    if (open_remote(sv))
+    if (open_remote(sv) ||
+        !(sv->cache = dcache_new(sv->cfg->cache_max_bytes, sv->n_local, sv->sched)) ||
+        describe_cache_models(sv, sv->cfg))
         return 1;
     struct api_params ap = api_params(sv);
     if (!(sv->api = api_new(&ap)))
@@ -693,6 +747,7 @@ void daemon_free(struct daemon *sv) {
     events_free(sv->events); /* ends the streams while their server is up */
     http_server_free(sv->server);
     api_free(sv->api);
+    dcache_free(sv->cache);
     remote_free(sv->remote);
     sched_free(sv->sched);
     struct event *evs[] = {sv->sig_term, sv->sig_int, sv->sig_hup, sv->ready_ev, sv->grace_ev,

@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "base/host.h"
 #include "base/mem.h"
 #include "proto/s1q.h"
@@ -69,6 +71,13 @@ struct pipeline_run {
     struct sched_job *job;
     struct upstream_call *up;
     struct remote_call *rcall;  /* a remote stage in flight */
+    uint64_t prompt;            /* the stage's prompt key (sched_submit) */
+    struct dcache_ticket *ticket; /* its part in a decision-cache flight */
+    const char *stage_cache;    /* what the cache did for it ("hit", ...), NULL = nothing */
+    struct event *hit_ev;       /* answers a cache hit on the loop's next turn */
+    char *hit;                  /* that hit's answer */
+    size_t hit_len;
+    unsigned looked, cached;    /* stages the cache looked up; answered from it */
     int64_t stage_t0;
     stage_cont cont;
     struct pipeline_run *nested;
@@ -76,6 +85,10 @@ struct pipeline_run {
 };
 
 static void run_free(struct pipeline_run *r) {
+    dcache_ticket_cancel(r->ticket); /* identical stages waiting look up again */
+    if (r->hit_ev)
+        event_free(r->hit_ev);
+    mem_free(r->hit);
     json_decref(r->request);
     json_decref(r->instructions);
     json_decref(r->decide);
@@ -95,7 +108,8 @@ static const char *model_name(const struct pipeline_run *r, size_t model) {
 
 /* Ends the run with outcome; frees it. */
 static void finish(struct pipeline_run *r, int status, json_t *body, const char *verdict) {
-    struct pipeline_outcome o = {status, body, verdict, r->sum, r->tokens, r->resends};
+    struct pipeline_outcome o = {status, body, verdict, r->sum, r->tokens, r->resends,
+                                 r->looked, r->cached};
     pipeline_done_fn done = r->done;
     void *user = r->user;
     run_free(r);
@@ -128,6 +142,11 @@ static void add_timing(struct pipeline_run *r, const struct sched_timing *t) {
                             (json_int_t)t->running_ms);
     if (r->cur_attempt)
         json_object_set_new(rec, "attempt", json_integer((json_int_t)r->attempt + 1));
+    if (r->stage_cache) {
+        json_object_set_new(rec, "cache", json_string(r->stage_cache));
+        r->looked++;
+        r->cached += !strcmp(r->stage_cache, "hit");
+    }
     json_array_append_new(r->stages, rec);
 }
 
@@ -184,6 +203,9 @@ static void on_engine_done(void *user, int status, struct evbuffer *body, const 
     const char *text = len ? (const char *)evbuffer_pullup(body, (ev_ssize_t)len) : "";
     if (status >= 500 && sched_job_engine_error(r->job, status, text))
         return; /* resent: on_job_start follows */
+    struct dcache_ticket *ticket = r->ticket; /* identical stages waiting get the same */
+    r->ticket = NULL;
+    dcache_ticket_done(ticket, &(struct dcache_answer){status, text, len});
     json_t *answer = json_loadb(text, len, 0, NULL);
     json_t *in = json_object_get(json_object_get(answer, "usage"), "input_tokens");
     if (json_is_integer(in))
@@ -250,6 +272,72 @@ static void on_job_retry(struct sched_job *job, void *user) {
 static const struct sched_job_ops job_ops = {
     .start = on_job_start, .fail = on_job_fail, .retry = on_job_retry};
 
+/* A cache hit's answer, on the loop's turn after the lookup (a stage never
+ * ends inside run_stage). */
+static void on_hit(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    struct pipeline_run *r = arg;
+    char *text = r->hit;
+    size_t len = r->hit_len;
+    r->hit = NULL;
+    add_timing(r, &(struct sched_timing){0});
+    stage_answered(r, 200, json_loadb(text, len, 0, NULL), text, len);
+    mem_free(text);
+}
+
+static tandem_err submit_stage(struct pipeline_run *r);
+static void fail_refused(struct pipeline_run *r, tandem_err e);
+
+/* The identical stage this one waited for ended: its answer is this one's;
+ * without one (it went away), the stage is looked up again. */
+static void on_stage_wake(void *user, const struct dcache_answer *a) {
+    struct pipeline_run *r = user;
+    r->ticket = NULL;
+    if (!a) {
+        tandem_err e = submit_stage(r);
+        if (e != TANDEM_OK)
+            fail_refused(r, e);
+        return;
+    }
+    add_timing(r, &(struct sched_timing){0});
+    stage_answered(r, a->status, json_loadb(a->body, a->len, 0, NULL), a->body, a->len);
+}
+
+/* Keeps hit's answer and answers it on the loop's next turn. */
+static tandem_err defer_hit(struct pipeline_run *r, const struct dcache_answer *hit) {
+    if (!r->hit_ev && !(r->hit_ev = evtimer_new(r->env.base, on_hit, r)))
+        return TANDEM_ERR_NOMEM;
+    if (!(r->hit = mem_strndup(hit->body, hit->len)))
+        return TANDEM_ERR_NOMEM;
+    r->hit_len = hit->len;
+    struct timeval now = {0, 0};
+    evtimer_add(r->hit_ev, &now);
+    return TANDEM_OK;
+}
+
+/* The stage's body (r->body) for its local model: answered from the decision
+ * cache, joined to an identical stage in flight, or submitted to the
+ * scheduler. Returns the scheduler's refusal. */
+static tandem_err submit_stage(struct pipeline_run *r) {
+    const struct pipeline_model *pm = &r->set->models[r->stage_model];
+    struct dcache_request rq = {.model = pm->sched_index, .text = r->body,
+                                .len = strlen(r->body), .deadline_ms = r->deadline,
+                                .wake = on_stage_wake, .user = r};
+    struct dcache_answer hit;
+    enum dcache_outcome o = r->env.base ? dcache_lookup(r->env.cache, &rq, &r->ticket, &hit)
+                                        : DCACHE_OFF;
+    static const char *const names[] = {[DCACHE_HIT] = "hit", [DCACHE_WAIT] = "coalesced",
+                                        [DCACHE_LEAD] = "miss", [DCACHE_BYPASS] = "bypass"};
+    r->stage_cache = names[o];
+    if (o == DCACHE_HIT)
+        return defer_hit(r, &hit);
+    if (o == DCACHE_WAIT)
+        return TANDEM_OK;
+    uint32_t position;
+    return sched_submit(r->env.sched, pm->sched_index, r->deadline, r->prompt, &job_ops, r,
+                        &r->job, &position);
+}
+
 /* Sends questions (stolen) about the request's state to model; cont gets the
  * answer. Returns the scheduler's refusal (the run is still the caller's). */
 static tandem_err run_stage(struct pipeline_run *r, const char *name, size_t model,
@@ -263,6 +351,8 @@ static tandem_err run_stage(struct pipeline_run *r, const char *name, size_t mod
     r->body = req ? json_dumps(req, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     uint64_t prompt = s1_prompt_key(req);
     json_decref(req);
+    r->prompt = prompt;
+    r->stage_cache = NULL;
     if (!r->body)
         return TANDEM_ERR_NOMEM;
     const struct pipeline_model *pm = &r->set->models[model];
@@ -273,9 +363,7 @@ static tandem_err run_stage(struct pipeline_run *r, const char *name, size_t mod
                                      r);
         return r->rcall ? TANDEM_OK : TANDEM_ERR_NOMEM;
     }
-    uint32_t position;
-    return sched_submit(r->env.sched, pm->sched_index, r->deadline, prompt, &job_ops, r,
-                        &r->job, &position);
+    return submit_stage(r);
 }
 
 /* The scheduler's refusal e of a stage on model: its status, with the
@@ -311,12 +399,17 @@ static int refusal(const struct pipeline_run *r, tandem_err e, size_t model, con
 static void run_stage_or_fail(struct pipeline_run *r, const char *name, size_t model,
                               json_t *questions, stage_cont cont) {
     tandem_err e = run_stage(r, name, model, questions, cont);
-    if (e == TANDEM_OK)
-        return;
+    if (e != TANDEM_OK)
+        fail_refused(r, e);
+}
+
+/* Ends the run with the scheduler's refusal e of its current stage. */
+static void fail_refused(struct pipeline_run *r, tandem_err e) {
     const char *type;
     char msg[1100];
-    int status = refusal(r, e, model, &type, msg, sizeof msg);
-    finish_error(r, status, type, "pipeline %s, stage %s: %s", r->cp->pl->name, name, msg);
+    int status = refusal(r, e, r->stage_model, &type, msg, sizeof msg);
+    finish_error(r, status, type, "pipeline %s, stage %s: %s", r->cp->pl->name, r->stage_name,
+                 msg);
 }
 
 /* --- runs: questions ------------------------------------------------------------------------ */

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "serve/config.h"
+#include "serve/dcache.h"
 #include "base/err.h"
 #include "serve/http.h"
 #include "serve/remote.h"
@@ -41,6 +42,8 @@ struct pipeline_env {
     struct sched *sched;
     struct upstream_client *engines;
     struct remote *remote;     /* NULL when no model is remote */
+    struct dcache *cache;      /* the decision cache, for local stages; NULL = none */
+    struct event_base *base;   /* where a stage's cache hit is answered (next turn) */
 };
 
 struct pipeline_set; /* opaque: the compiled pipelines of one config */
@@ -73,6 +76,7 @@ struct pipeline_outcome {
     struct sched_timing sum; /* queued, loading and running time over every stage */
     long input_tokens;      /* summed over the stages; -1 when unknown */
     unsigned resends;       /* stages resent after an engine failure */
+    unsigned looked, cached; /* stages the decision cache looked up; answered from it */
 };
 
 typedef void (*pipeline_done_fn)(void *user, struct pipeline_outcome *outcome);

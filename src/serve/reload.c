@@ -46,7 +46,7 @@ bool reload_model_same(const struct config_model *x, const struct config_model *
 
 bool reload_models_same(const struct config *a, const struct config *b) {
     if (a->n_models != b->n_models || a->request_tokens != b->request_tokens ||
-        a->clients != b->clients)
+        a->clients != b->clients || a->cache_max_bytes != b->cache_max_bytes)
         return false;
     for (size_t i = 0; i < a->n_models; i++)
         if (!reload_model_same(&a->models[i], &b->models[i]))

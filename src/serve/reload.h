@@ -14,7 +14,7 @@ bool reload_model_same(const struct config_model *x, const struct config_model *
 
 /* Whether b keeps a's models: the same ones (reload_model_same) in the same
  * order, and the same placement inputs (scheduling.request_tokens and
- * clients). Only then can the daemon apply b without a restart: keys,
+ * clients, and cache.max_bytes, which the planner counts as host RAM). Only then can the daemon apply b without a restart: keys,
  * limits, logging and pipelines change in place, and every pipeline of b is
  * compiled anew against the models already planned. Both borrowed. */
 bool reload_models_same(const struct config *a, const struct config *b);
