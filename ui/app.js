@@ -408,7 +408,14 @@ function renderModels() {
     c[6].textContent = fmtMs(median(S.lat[m.name]));
     c[7].textContent = m.loads;
     c[8].textContent = m.crashes;
+    c[9].textContent = !m.cache ? '–' : m.cache.enabled ? m.cache.hits : 'off';
   }
+}
+function cacheText(c) {
+  if (!c) return null;
+  if (!c.max_bytes) return 'decision cache: off';
+  return `decision cache: ${c.entries} entries, ${fmtBytes(c.bytes)} of ${fmtBytes(c.max_bytes)}; ` +
+    `${c.hits} hits, ${c.misses} misses, ${c.coalesced} coalesced`;
 }
 function keepAlive(m, state) {
   if (state !== 'resident') return '–';
@@ -440,7 +447,7 @@ function modelRow(name) {
   const tr = el('tr', { 'data-model': name }, el('th', { scope: 'row', text: name }),
     el('td'), el('td'), el('td', { class: 'num' }), el('td', { class: 'num' }), el('td', { class: 'num' }),
     el('td', { class: 'num' }), el('td', { class: 'num' }), el('td', { class: 'num' }),
-    el('td', { class: 'actions' }, load, unload, err));
+    el('td', { class: 'num' }), el('td', { class: 'actions' }, load, unload, err));
   return tr;
 }
 
@@ -456,8 +463,10 @@ function renderQueue() {
       el('td', { class: 'num', text: running }), el('td', { class: 'num', text: oldest === null ? '–' : fmtMs(oldest) }));
   });
   const waiting = q ? q.waiting : st.queue.waiting;
+  const cache = cacheText(st.cache);
   $('#queue').replaceChildren(
     el('p', { class: 'sub', text: `${waiting} waiting; the queue holds ${st.queue.depth}` }),
+    ...(cache ? [el('p', { class: 'sub', id: 'cache', text: cache })] : []),
     el('table', null, el('thead', null, el('tr', null, el('th', { text: 'model' }), el('th', { class: 'num', text: 'waiting' }),
       el('th', { class: 'num', text: 'running' }), el('th', { class: 'num', text: 'oldest wait' }))), el('tbody', null, rows)));
 }

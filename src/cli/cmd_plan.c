@@ -487,6 +487,7 @@ static int place(const struct config *cfg, const struct fit_model *fm, size_t n,
     pl->n = n;
     pl->simulated = plan_cli_place_budget(o, fb, &pl->budget);
     if (cfg) {
+        placement_reserve_cache(cfg, &pl->budget);
         struct plan_model *file_pm[MAX_MODELS] = {0};
         for (size_t i = 0; i < n; i++)
             for (size_t k = 0; k < cfg->n_models; k++)

@@ -150,6 +150,37 @@ static const char *until_text(const json_t *m, char *out, size_t cap) {
     return out;
 }
 
+/* A model's decision-cache hits as the table shows them ("off" when its
+ * decisions are not cached, "-" for a remote model). */
+static const char *cache_cell(const json_t *m, char *out, size_t cap) {
+    const json_t *c = json_object_get(m, "cache");
+    if (!c)
+        snprintf(out, cap, "-");
+    else if (!json_is_true(json_object_get(c, "enabled")))
+        snprintf(out, cap, "off");
+    else
+        snprintf(out, cap, "%lld", (long long)int_of(c, "hits"));
+    return out;
+}
+
+/* The decision cache's line under the table; nothing when the daemon has none. */
+static void print_cache(const json_t *status) {
+    const json_t *c = json_object_get(status, "cache");
+    if (!c)
+        return;
+    if (!int_of(c, "max_bytes")) {
+        printf("decision cache: off (cache.max_bytes: 0)\n");
+        return;
+    }
+    char used[32], cap[32];
+    units_format_bytes((uint64_t)int_of(c, "bytes"), used, sizeof used);
+    units_format_bytes((uint64_t)int_of(c, "max_bytes"), cap, sizeof cap);
+    printf("decision cache: %lld entries, %s of %s; %lld hits, %lld misses, %lld coalesced, "
+           "%lld evicted\n", (long long)int_of(c, "entries"), used, cap,
+           (long long)int_of(c, "hits"), (long long)int_of(c, "misses"),
+           (long long)int_of(c, "coalesced"), (long long)int_of(c, "evictions"));
+}
+
 /* The rows ps shows, as JSON: what the table prints, in numbers. */
 static json_t *ps_rows(const json_t *status) {
     json_t *models = json_array();
@@ -168,21 +199,25 @@ static json_t *ps_rows(const json_t *status) {
                       "until_ms", json_object_get(m, "until_ms"), "running",
                       int_of(m, "running"), "queued", int_of(m, "queued"), "answered",
                       int_of(m, "answered"), "loads", int_of(m, "loads")));
+        json_t *cache = json_object_get(m, "cache");
+        json_object_set(json_array_get(models, i), "cache", cache ? cache : json_null());
     }
     json_t *budget = json_object_get(status, "budget");
-    return json_pack("{s:o, s:O, s:O}", "models", models, "devices",
-                     json_object_get(budget, "devices"), "queue", json_object_get(status, "queue"));
+    json_t *cache = json_object_get(status, "cache");
+    return json_pack("{s:o, s:O, s:O, s:O}", "models", models, "devices",
+                     json_object_get(budget, "devices"), "queue", json_object_get(status, "queue"),
+                     "cache", cache ? cache : json_null());
 }
 
 static void print_table(const json_t *status) {
-    printf("%-24s %-9s %-6s %10s %10s %9s %8s %8s %6s\n", "NAME", "STATE", "DEVICE", "PLANNED",
-           "MEASURED", "UNTIL", "RUN/QUE", "ANSWERED", "LOADS");
+    printf("%-24s %-9s %-6s %10s %10s %9s %8s %8s %6s %7s\n", "NAME", "STATE", "DEVICE",
+           "PLANNED", "MEASURED", "UNTIL", "RUN/QUE", "ANSWERED", "LOADS", "CACHED");
     size_t i;
     const json_t *m;
     json_array_foreach(json_object_get(status, "models"), i, m) {
         uint64_t planned, measured;
         model_bytes(m, &planned, &measured);
-        char p[32], me[32], until[32], rq[24];
+        char p[32], me[32], until[32], rq[24], cached[24];
         units_format_bytes(planned, p, sizeof p);
         if (measured)
             units_format_bytes(measured, me, sizeof me);
@@ -190,12 +225,12 @@ static void print_table(const json_t *status) {
             snprintf(me, sizeof me, "-");
         snprintf(rq, sizeof rq, "%lld/%lld", (long long)int_of(m, "running"),
                  (long long)int_of(m, "queued"));
-        printf("%-24s %-9s %-6s %10s %10s %9s %8s %8lld %6lld\n",
+        printf("%-24s %-9s %-6s %10s %10s %9s %8s %8lld %6lld %7s\n",
                json_string_value(json_object_get(m, "name")),
                json_string_value(json_object_get(m, "state")),
                json_string_value(json_object_get(m, "device")), p, me,
                until_text(m, until, sizeof until), rq, (long long)int_of(m, "answered"),
-               (long long)int_of(m, "loads"));
+               (long long)int_of(m, "loads"), cache_cell(m, cached, sizeof cached));
     }
     const json_t *d;
     json_array_foreach(json_object_get(json_object_get(status, "budget"), "devices"), i, d) {
@@ -209,6 +244,7 @@ static void print_table(const json_t *status) {
     const json_t *q = json_object_get(status, "queue");
     printf("queue: %lld waiting (depth %lld)\n", (long long)int_of(q, "waiting"),
            (long long)int_of(q, "depth"));
+    print_cache(status);
     json_array_foreach(json_object_get(status, "models"), i, m) {
         char line[256];
         if (isatty(STDOUT_FILENO) && load_progress_text(m, line, sizeof line))

@@ -28,7 +28,9 @@ struct eval_params {
     const char *api_key;    /* bearer token; NULL = none */
     const char *model;      /* the request's "model"; NULL = field omitted */
     long timeout_ms;        /* per request, milliseconds; 0 = 60000 */
-    unsigned repeat;        /* times each case is sent, 1..EVAL_MAX_REPEAT */
+    unsigned repeat;        /* times each case is sent, 1..EVAL_MAX_REPEAT; above 1
+                             * every request says Cache-Control: no-cache, so that
+                             * tandem's decision cache answers none of them */
     unsigned concurrency;   /* requests in flight, 1..EVAL_MAX_CONCURRENCY */
     unsigned retries;       /* extra tries after HTTP 429, 503 or 529; 0 = none */
     long retry_delay_ms;    /* first retry delay, doubled per retry */

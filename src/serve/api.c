@@ -216,6 +216,8 @@ static void publish_request(struct api_call *c, int status) {
 void api_call_finish(struct api_call *c, int status, const char *error) {
     dcache_ticket_cancel(c->ticket); /* identical requests waiting look up again */
     c->ticket = NULL;
+    if (c->relook_ev)
+        event_free(c->relook_ev);
     if (c->job)
         sched_job_timing(c->job, &c->timing);
     audit_call(c, status, error);
@@ -1062,6 +1064,8 @@ void api_free(struct api *a) {
     while ((c = TAILQ_FIRST(&a->calls))) {
         dcache_ticket_cancel(c->ticket);
         c->ticket = NULL;
+        if (c->relook_ev)
+            event_free(c->relook_ev);
         if (c->up)
             upstream_cancel(c->up);
         c->up = NULL;

@@ -103,6 +103,8 @@ struct api_call {
     long input_tokens;
     char *response_copy; /* for the audit log with logs.bodies */
     struct dcache_ticket *ticket; /* its part in a decision-cache flight, or NULL */
+    struct event *relook_ev; /* looks up again on the loop's next turn: the identical
+                              * request it waited for went away without an answer */
     const char *cache;   /* what the decision cache did: "hit", "miss", "coalesced",
                           * "bypass", "partial" (a pipeline), or NULL (not cached) */
     TAILQ_ENTRY(api_call) link; /* on api->calls */

@@ -471,8 +471,19 @@ static void answer_hit(struct api_call *c, const char *body, size_t len) {
 
 static bool look_up(struct api_call *c, int64_t due);
 
-/* The identical request c waited for ended: its answer is c's; without one
- * (it went away), c looks up again and may lead. */
+/* Looks c up again, or submits it: the identical request it waited for went
+ * away without an answer. */
+static void on_relook(evutil_socket_t fd, short what, void *arg) {
+    (void)fd, (void)what;
+    struct api_call *c = arg;
+    int64_t due = c->deadline_ms ? c->t0 + c->deadline_ms : 0;
+    if (!look_up(c, due))
+        submit_job(c, due);
+}
+
+/* The identical request c waited for ended: its answer is c's. Without one
+ * (it went away), c looks up again on the loop's next turn, outside whatever
+ * ended the other request (a scheduler callback, a call's end). */
 static void on_cache_wake(void *user, const struct dcache_answer *a) {
     struct api_call *c = user;
     c->ticket = NULL;
@@ -482,9 +493,11 @@ static void on_cache_wake(void *user, const struct dcache_answer *a) {
         answer_from_engine(c, a->status, a->body, a->len);
         return;
     }
-    int64_t due = c->deadline_ms ? c->t0 + c->deadline_ms : 0;
-    if (!look_up(c, due))
-        submit_job(c, due);
+    struct timeval now = {0, 0};
+    if (!c->relook_ev && !(c->relook_ev = evtimer_new(c->api->p.base, on_relook, c)))
+        api_call_fail(c, 500, "internal_error", "out of memory", NULL, NULL);
+    else
+        evtimer_add(c->relook_ev, &now);
 }
 
 /* Looks a decision up in the cache: a hit is answered, an identical request
@@ -609,8 +622,10 @@ static void start_pipeline(struct api_call *c, const char *name, const json_t *r
     int64_t due;
     if (!deadline(c, &due))
         return;
-    struct pipeline_env env = {c->api->p.sched, c->api->p.engines, c->api->p.remote,
-                               c->api->p.cache, c->api->p.base};
+    struct pipeline_env env = {.sched = c->api->p.sched, .engines = c->api->p.engines,
+                               .remote = c->api->p.remote, .cache = c->api->p.cache,
+                               .no_lookup = cache_directive(c, "no-cache"),
+                               .no_store = cache_directive(c, "no-store"), .base = c->api->p.base};
     char err[1200], param[256];
     int status;
     if (pipeline_run_start(c->api->p.pipelines, &env, c->pipeline, request, c->id, due,

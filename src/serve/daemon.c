@@ -146,9 +146,7 @@ static void config_budget(const struct config *cfg, struct daemon *sv) {
         o.ram = cfg->ram, o.have_ram = true;
     sv->budget_source = plan_cli_budget(&o, &sv->budget, &sv->budget_total);
     sv->simulated = plan_cli_place_budget(&o, &sv->budget, &sv->place_budget);
-    /* the decision cache is the daemon's own host memory, at most its cap */
-    uint64_t *host = &sv->place_budget.host_bytes;
-    *host = *host > cfg->cache_max_bytes ? *host - cfg->cache_max_bytes : 0;
+    placement_reserve_cache(cfg, &sv->place_budget);
 }
 
 /* The modification time of path in Unix seconds, 0 when it cannot be read:
@@ -254,6 +252,10 @@ static int plan_placement(struct daemon *sv, struct sched_model_spec *specs) {
     if (!r || placement_run(sv->cfg, sv->pm, &sv->place_budget, true, r, err, sizeof err) !=
                   TANDEM_OK) {
         fprintf(stderr, "tandem serve: %s\n", r ? err : "out of memory");
+        if (r && sv->cfg->cache_max_bytes)
+            fprintf(stderr, "tandem serve: (models get the host budget less cache.max_bytes, "
+                    "%s, the decision cache's cap; docs/config.md)\n",
+                    units_format_bytes(sv->cfg->cache_max_bytes, total, sizeof total));
         mem_free(r);
         return 2;
     }

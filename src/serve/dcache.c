@@ -196,10 +196,19 @@ static bool stamp_same(const struct stamp *a, const struct stamp *b) {
            a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec;
 }
 
-/* The model's identity digest from its settings and the two stamps. */
-static tandem_err identify(struct model *m) {
-    struct stamp both[2] = {m->file, m->engine};
-    return hash_sha256_pair(both, sizeof both, m->settings, strlen(m->settings), m->identity);
+/* Model m's identity digest from its index (so that each model's entries are
+ * its own), settings and the two stamps. */
+static tandem_err identify(struct dcache *c, size_t m) {
+    struct model *md = &c->models[m];
+    struct {
+        size_t index;
+        struct stamp file, engine;
+    } id;
+    memset(&id, 0, sizeof id); /* the padding is hashed too */
+    id.index = m;
+    id.file = md->file;
+    id.engine = md->engine;
+    return hash_sha256_pair(&id, sizeof id, md->settings, strlen(md->settings), md->identity);
 }
 
 /* Model m's identity changed (its file, or what it was set to): its entries
@@ -210,7 +219,7 @@ static void identity_changed(struct dcache *c, size_t m) {
     struct model *md = &c->models[m];
     dcache_clear(c, m);
     c->generation[m]++;
-    if (identify(md) != TANDEM_OK)
+    if (identify(c, m) != TANDEM_OK)
         md->enabled = false;
     if (!c->sched)
         return;
@@ -247,7 +256,7 @@ tandem_err dcache_model_set(struct dcache *c, size_t m, const struct dcache_mode
     md->engine = engine;
     md->enabled = spec->enabled;
     if (first) /* no engine has run yet: the first load reads this file */
-        return identify(md) == TANDEM_OK ? TANDEM_OK : TANDEM_ERR_IO;
+        return identify(c, m) == TANDEM_OK ? TANDEM_OK : TANDEM_ERR_IO;
     if (!same)
         identity_changed(c, m);
     else if (!md->enabled)

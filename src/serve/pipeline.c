@@ -74,8 +74,9 @@ struct pipeline_run {
     uint64_t prompt;            /* the stage's prompt key (sched_submit) */
     struct dcache_ticket *ticket; /* its part in a decision-cache flight */
     const char *stage_cache;    /* what the cache did for it ("hit", ...), NULL = nothing */
-    struct event *hit_ev;       /* answers a cache hit on the loop's next turn */
-    char *hit;                  /* that hit's answer */
+    struct event *next_ev;      /* the loop's next turn: a cache hit's answer, or a
+                                 * lookup again */
+    char *hit;                  /* that hit's answer; NULL: look up again */
     size_t hit_len;
     unsigned looked, cached;    /* stages the cache looked up; answered from it */
     int64_t stage_t0;
@@ -86,8 +87,8 @@ struct pipeline_run {
 
 static void run_free(struct pipeline_run *r) {
     dcache_ticket_cancel(r->ticket); /* identical stages waiting look up again */
-    if (r->hit_ev)
-        event_free(r->hit_ev);
+    if (r->next_ev)
+        event_free(r->next_ev);
     mem_free(r->hit);
     json_decref(r->request);
     json_decref(r->instructions);
@@ -272,47 +273,55 @@ static void on_job_retry(struct sched_job *job, void *user) {
 static const struct sched_job_ops job_ops = {
     .start = on_job_start, .fail = on_job_fail, .retry = on_job_retry};
 
-/* A cache hit's answer, on the loop's turn after the lookup (a stage never
- * ends inside run_stage). */
-static void on_hit(evutil_socket_t fd, short what, void *arg) {
+static tandem_err submit_stage(struct pipeline_run *r);
+static void fail_refused(struct pipeline_run *r, tandem_err e);
+
+/* The loop's turn after the stage's lookup (a stage never ends inside
+ * run_stage, nor a lookup again inside whatever woke it): a cache hit's
+ * answer, or the stage looked up again. */
+static void on_next_turn(evutil_socket_t fd, short what, void *arg) {
     (void)fd, (void)what;
     struct pipeline_run *r = arg;
     char *text = r->hit;
     size_t len = r->hit_len;
     r->hit = NULL;
-    add_timing(r, &(struct sched_timing){0});
-    stage_answered(r, 200, json_loadb(text, len, 0, NULL), text, len);
-    mem_free(text);
-}
-
-static tandem_err submit_stage(struct pipeline_run *r);
-static void fail_refused(struct pipeline_run *r, tandem_err e);
-
-/* The identical stage this one waited for ended: its answer is this one's;
- * without one (it went away), the stage is looked up again. */
-static void on_stage_wake(void *user, const struct dcache_answer *a) {
-    struct pipeline_run *r = user;
-    r->ticket = NULL;
-    if (!a) {
+    if (!text) {
         tandem_err e = submit_stage(r);
         if (e != TANDEM_OK)
             fail_refused(r, e);
         return;
     }
     add_timing(r, &(struct sched_timing){0});
-    stage_answered(r, a->status, json_loadb(a->body, a->len, 0, NULL), a->body, a->len);
+    stage_answered(r, 200, json_loadb(text, len, 0, NULL), text, len);
+    mem_free(text);
 }
 
-/* Keeps hit's answer and answers it on the loop's next turn. */
-static tandem_err defer_hit(struct pipeline_run *r, const struct dcache_answer *hit) {
-    if (!r->hit_ev && !(r->hit_ev = evtimer_new(r->env.base, on_hit, r)))
+/* Keeps hit's answer (NULL: none, look up again) and goes on with it on the
+ * loop's next turn. */
+static tandem_err next_turn(struct pipeline_run *r, const struct dcache_answer *hit) {
+    if (!r->next_ev && !(r->next_ev = evtimer_new(r->env.base, on_next_turn, r)))
         return TANDEM_ERR_NOMEM;
-    if (!(r->hit = mem_strndup(hit->body, hit->len)))
+    if (hit && !(r->hit = mem_strndup(hit->body, hit->len)))
         return TANDEM_ERR_NOMEM;
-    r->hit_len = hit->len;
+    r->hit_len = hit ? hit->len : 0;
     struct timeval now = {0, 0};
-    evtimer_add(r->hit_ev, &now);
+    evtimer_add(r->next_ev, &now);
     return TANDEM_OK;
+}
+
+/* The identical stage this one waited for ended: its answer is this one's;
+ * without one (it went away), the stage is looked up again. */
+static void on_stage_wake(void *user, const struct dcache_answer *a) {
+    struct pipeline_run *r = user;
+    r->ticket = NULL;
+    if (a) {
+        add_timing(r, &(struct sched_timing){0});
+        stage_answered(r, a->status, json_loadb(a->body, a->len, 0, NULL), a->body, a->len);
+        return;
+    }
+    tandem_err e = next_turn(r, NULL);
+    if (e != TANDEM_OK)
+        fail_refused(r, e);
 }
 
 /* The stage's body (r->body) for its local model: answered from the decision
@@ -322,6 +331,7 @@ static tandem_err submit_stage(struct pipeline_run *r) {
     const struct pipeline_model *pm = &r->set->models[r->stage_model];
     struct dcache_request rq = {.model = pm->sched_index, .text = r->body,
                                 .len = strlen(r->body), .deadline_ms = r->deadline,
+                                .no_lookup = r->env.no_lookup, .no_store = r->env.no_store,
                                 .wake = on_stage_wake, .user = r};
     struct dcache_answer hit;
     enum dcache_outcome o = r->env.base ? dcache_lookup(r->env.cache, &rq, &r->ticket, &hit)
@@ -330,7 +340,7 @@ static tandem_err submit_stage(struct pipeline_run *r) {
                                         [DCACHE_LEAD] = "miss", [DCACHE_BYPASS] = "bypass"};
     r->stage_cache = names[o];
     if (o == DCACHE_HIT)
-        return defer_hit(r, &hit);
+        return next_turn(r, &hit);
     if (o == DCACHE_WAIT)
         return TANDEM_OK;
     uint32_t position;

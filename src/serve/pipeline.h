@@ -43,6 +43,8 @@ struct pipeline_env {
     struct upstream_client *engines;
     struct remote *remote;     /* NULL when no model is remote */
     struct dcache *cache;      /* the decision cache, for local stages; NULL = none */
+    bool no_lookup, no_store;  /* the request's Cache-Control: no-cache, no-store
+                                * (struct dcache_request), for every stage */
     struct event_base *base;   /* where a stage's cache hit is answered (next turn) */
 };
 

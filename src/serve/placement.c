@@ -88,6 +88,10 @@ struct place_params placement_params(const struct config *cfg) {
                                  .group_limit = cfg->group_limit};
 }
 
+void placement_reserve_cache(const struct config *cfg, struct place_budget *b) {
+    b->host_bytes = b->host_bytes > cfg->cache_max_bytes ? b->host_bytes - cfg->cache_max_bytes : 0;
+}
+
 /* A model its config puts on the CPU that cannot fit host RAM alone. */
 static tandem_err check_cpu_models(const struct config *cfg, const size_t *local, size_t n,
                                    const struct place_budget *b, const struct place_result *r,
@@ -97,12 +101,13 @@ static tandem_err check_cpu_models(const struct config *cfg, const size_t *local
         uint64_t need = plan_footprint_device_total(&r->best.slot[k].footprint, PLAN_DEVICE_HOST);
         if (m->device != PLACE_WANT_CPU || need <= b->host_bytes)
             continue;
-        char a[32], h[32];
+        char a[32], h[32], c[32];
         tandem_errmsg(err, errlen,
                       "%s:%u: models.%s.device: cpu: does not fit: it needs %s of host RAM, "
-                      "%s is available",
+                      "%s is available (after cache.max_bytes, %s)",
                       cfg->path, m->device_line, m->name, units_format_bytes(need, a, sizeof a),
-                      units_format_bytes(b->host_bytes, h, sizeof h));
+                      units_format_bytes(b->host_bytes, h, sizeof h),
+                      units_format_bytes(cfg->cache_max_bytes, c, sizeof c));
         return TANDEM_ERR_FORMAT;
     }
     return TANDEM_OK;

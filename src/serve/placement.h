@@ -42,6 +42,10 @@ size_t placement_inputs(const struct config *cfg, struct plan_model *const *pm, 
 /* The search parameters of cfg's scheduling section. */
 struct place_params placement_params(const struct config *cfg);
 
+/* Takes cfg's decision cache (cache.max_bytes, the daemon's own memory) out
+ * of b's host RAM, down to 0: what the models may use. */
+void placement_reserve_cache(const struct config *cfg, struct place_budget *b);
+
 /* Runs the search for cfg's local models on b into *out (output; its slots
  * in placement_locals' order). Returns
  * TANDEM_ERR_FORMAT with err "<file>:<line>: models.<name>.device: cpu: does

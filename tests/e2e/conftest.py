@@ -78,12 +78,14 @@ def model_file(name, tiny=False):
 
 def rotating_budget(serve_factory, config):
     """A host RAM budget on which the two models of config(budget) each fit alone and never
-    together: the larger one's plan plus half the smaller one's, as a daemon plans them."""
+    together: the larger one's plan plus half the smaller one's, as a daemon plans them, plus
+    the decision cache's cap (the daemon's own memory, docs/config.md)."""
     probe = serve_factory(config("8GiB"))
-    planned = sorted(m["planned"]["host_bytes"] for m in probe.status()["models"])
+    status = probe.status()
+    planned = sorted(m["planned"]["host_bytes"] for m in status["models"])
     probe.stop()
     assert len(planned) == 2, planned
-    return f"{planned[1] + planned[0] // 2}B"
+    return f"{planned[1] + planned[0] // 2 + status['cache']['max_bytes']}B"
 
 
 @pytest.fixture(scope="session")

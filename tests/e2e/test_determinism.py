@@ -131,7 +131,9 @@ def assert_same(model, baseline, got, how):
 
 
 def models_config(budget):
-    text = f"budget:\n  ram: {budget}\nlimits:\n  request_timeout: {TIMEOUT}s\nmodels:\n"
+    # the decision cache off: every repeat must reach the engine, whose answers are under test
+    text = (f"budget:\n  ram: {budget}\nlimits:\n  request_timeout: {TIMEOUT}s\n"
+            "cache:\n  max_bytes: 0\nmodels:\n")
     for name, (gguf, keys) in MODELS.items():
         text += f"  {name}:\n    path: {fixture_path(gguf)}\n    threads: 1\n{keys}"
     return text
@@ -266,6 +268,8 @@ def pair(tandem_bin, tmp_path_factory):
   ram: 2GiB
 limits:
   request_timeout: {TIMEOUT}s
+cache:
+  max_bytes: 0
 models:
   {DECIDER}:
     path: {fixture_path(DECIDER + '.gguf')}

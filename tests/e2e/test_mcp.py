@@ -38,9 +38,13 @@ def config(mcp_http=True, extra_pipeline=""):
     demo = open(os.path.join(os.path.dirname(__file__), "../../examples/demo.yaml")).read()
     pipelines = re.sub(r"    description: >-\n(      .*\n)+", f"    description: {DESCRIPTION}\n",
                        demo[demo.index("pipelines:"):], count=1)
+    # the decision cache off: the tests watch loads, deadlines and cancellations of real
+    # work, and they ask the same pipeline again and again
     return f"""api_keys: [{KEY}]
 budget:
   ram: 400MiB
+cache:
+  max_bytes: 0
 limits:
   request_timeout: 300s
 allowed_origins: [https://agent.example]

@@ -194,8 +194,8 @@ def test_a_cpu_verifier_serves_50_pipelines_without_a_load(serve_factory):
 def test_rotation_reads_ahead_and_looks_ahead(serve_factory):
     s = serve_factory(serve_config(a_device="gpu", b_device="gpu"))
     assert "rotates" in s.log()
-    for _ in range(3):
-        assert run(s)[0] == 200
+    for _ in range(3):  # evaluated each time, not answered by the decision cache
+        assert run(s, headers={"Cache-Control": "no-cache"})[0] == 200
     a, b = s.model(A), s.model(B)
     assert a["loads"] >= 3 and b["loads"] >= 3  # they rotate: a swap per stage
     assert b["lookaheads"] >= 3  # each decide announced its verify stage
@@ -243,7 +243,8 @@ def test_a_cpu_model_larger_than_host_ram_does_not_fit(tandem_bin, tmp_path):
                     serve_config(b_device="cpu").replace("ram: 4GiB", "ram: 100MiB"))
     assert done.returncode == 2
     assert f"models.{B}.device: cpu: does not fit: it needs" in done.stderr, done.stderr
-    assert "of host RAM, 100.0 MiB is available" in done.stderr
+    # the models get budget.ram less the decision cache's cap, and the message says so
+    assert "of host RAM, 36.0 MiB is available (after cache.max_bytes, 64.0 MiB)" in done.stderr
 
 
 def test_gpu_without_a_gpu_or_vram_is_a_config_error(tandem_bin, tmp_path):

@@ -182,7 +182,8 @@ def test_a_pipeline_stage_is_resent(serve_factory):
     assert warm[0] == 200, warm
     pid = s.model(B)["pid"]
     os.kill(pid, signal.SIGSTOP)  # the verify stage waits on it
-    answer = in_background(post, s.url + "/v1/pipelines/ops", REQUEST, {"x-request-id": "pipe-kill"})
+    answer = in_background(post, s.url + "/v1/pipelines/ops", REQUEST,
+                           {"x-request-id": "pipe-kill", "Cache-Control": "no-cache"})
     # the kill comes once the verify stage holds B (the decide stage is a repeat, evaluated
     # whole: its time varies with the machine's load)
     deadline = time.time() + 60

@@ -191,7 +191,7 @@ def test_full_queue_spills_to_other_nodes(front, fleet):
         # full): each gets 429 and must be retried on another node.
         long = "The build farm is at 97% memory and the queue keeps growing. " * 8
         fill = [threading.Thread(target=post, args=(small.url + "/v1/systemone",
-                                                    choice(f"{long} fill {i}")))
+                                                    choice(f"{long} fill {front.name} {i}")))
                 for i in range(2)]
         for t in fill:
             t.start()

@@ -150,7 +150,7 @@ def test_request_id_echoed_or_generated(serve_factory):
     st, body, h = s.systemone(choice("x"), {"x-typesafe-request-id": "abc-123"})
     assert st == 200 and h["x-typesafe-request-id"] == "abc-123"
     assert h["X-Tandem-Queue-Position"] == "0" and h["X-Tandem-Model"] == A
-    st, body, h = s.systemone(choice("x"))
+    st, body, h = s.systemone(choice("y"))  # a new decision: "x" again would be a cache hit
     assert h["x-typesafe-request-id"].startswith("req_")
     assert list(body) == ["model", "answers", "usage"]  # passed through unchanged
 
@@ -270,8 +270,9 @@ def test_bad_input_gets_documented_errors_and_daemon_stays_up(serve_factory):
     threads = [threading.Thread(target=lambda: got.append(long_chat(s.url, tokens=200)[0]))]
     threads[0].start()
     wait_for(lambda: s.model(A)["running"] == 1)
-    for _ in range(2):
-        threads.append(threading.Thread(target=lambda: got.append(s.systemone(choice("q"))[0])))
+    for i in range(2):  # two different decisions: identical ones would wait as one
+        threads.append(threading.Thread(
+            target=lambda i=i: got.append(s.systemone(choice(f"q{i}"))[0])))
         threads[-1].start()
     wait_for(lambda: s.model(A)["queued"] == 2)
     st, body, h = s.systemone(choice("one too many"))

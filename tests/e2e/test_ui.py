@@ -121,7 +121,11 @@ def test_the_page_lists_the_models_without_console_errors(serve_factory, browser
     names = [r.get_attribute("data-model") for r in css(browser, "#models-table tbody tr")]
     assert names == [A, B]
     assert css(browser, '#memory svg[data-device="host"]'), "a memory bar for the host"
-    assert "free of 400 MiB" in browser.find_element(By.ID, "memory").text
+    # the models get budget.ram less the decision cache's 64 MiB (docs/config.md)
+    assert "free of 336 MiB" in browser.find_element(By.ID, "memory").text
+    wait(browser, lambda d: d.find_element(By.ID, "cache").text.startswith(
+        "decision cache: 0 entries, 0 B of 64.0 MiB"), what="the decision cache's line")
+    assert [td.text for td in css(browser, f'#models-table tr[data-model="{A}"] td')][8] == "0"
     assert {e.get_attribute("data-model") for e in css(browser, "#queue tr[data-model]")} == {A, B}
     wait(browser, lambda d: len(css(d, "#timeline g[data-lane]")) == 2, what="a timeline lane per model")
     assert console_errors(browser) == []

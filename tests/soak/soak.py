@@ -103,6 +103,7 @@ NOFILE = 128                 # the daemon's RLIMIT_NOFILE (its engines inherit i
 FLOOD = NOFILE + 16          # connections one fd_flood opens at once
 HEADER_TIMEOUT_S = 2
 MAX_BODY = 256 << 10
+CACHE_BYTES = 4 << 20        # cache.max_bytes: well under RSS_BOUND, so the cache fits it
 REQUEST_TIMEOUT_S = 60
 ENGINE_GRACE_S = 5
 TINYFS_BYTES = 16 << 20      # the audit log's file system
@@ -511,6 +512,8 @@ def config_text(port, work, audit, budget, queue_depth=64, bodies=False):
     return f"""listen: 127.0.0.1:{port}
 budget:
   ram: {budget}B
+cache:
+  max_bytes: {CACHE_BYTES}B
 defaults:
   model: {DECIDE}
 limits:
@@ -558,7 +561,7 @@ def rotating_budget(tandem, work, port, audit):
     if p.returncode != 0:
         raise RuntimeError(f"tandem plan: {p.stderr}")
     sizes = sorted(m["total"] for m in json.loads(p.stdout)["models"])
-    budget = sizes[1] + sizes[0] // 2
+    budget = sizes[1] + sizes[0] // 2 + CACHE_BYTES
     probe.write_text(config_text(port, work, audit, budget))
     p = subprocess.run([str(tandem), "plan", "--config", str(probe), "--json"],
                        capture_output=True, text=True, timeout=120)
