@@ -6,7 +6,7 @@
  *   GET  /v1/models                       TypeSafe "models" and OpenAI "data" in one body
  *   POST /v1/pipelines/{name}, GET /v1/pipelines   decide-then-verify pipelines
  *   GET  /health, /livez, /v1/status, /metrics
- *   POST /admin/models/{name}/load, /admin/models/{name}/unload
+ *   POST /admin/models/{name}/load, /admin/models/{name}/unload, /admin/cache/clear
  *   GET  /openapi.yaml                    this API's contract (docs/openapi.yaml, built in)
  *   POST /mcp                             the MCP for agents (serve/mcp_http), when mcp.http
  *

@@ -10,8 +10,11 @@
  * of its error object. Decisions and embeddings are resent once after an engine failure
  * before their answer; generations and streams never are. A remote model's call goes to
  * its upstreams (serve/remote), under its configured name; a pipeline runs through
- * serve/pipeline and publishes a `verdict` event. Each exchange ends its call through
- * api_call_fail or api_call_finish (api.c). */
+ * serve/pipeline and publishes a `verdict` event. A local decision is looked up in the
+ * decision cache (serve/dcache) first: a hit is answered from memory, an identical
+ * decision in flight is waited for, and the engine's answer goes back to the cache for
+ * the requests that waited. Each exchange ends its call through api_call_fail or
+ * api_call_finish (api.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,14 +113,10 @@ static void on_engine_chunk(void *user, struct evbuffer *data) {
     /* a buffered answer accumulates in the request's buffer: see on_engine_done */
 }
 
-/* Answers c with its engine's final answer (status, text[len]: the engine's, or,
- * for a request that waited in the decision cache, an identical request's) and
- * ends it. */
-static void answer_from_engine(struct api_call *c, int status, const char *text, size_t len) {
-    if (status != 200) {
-        engine_error(c, status, text, len);
-        return;
-    }
+/* Answers c with an engine's 200, text[len], sent as out[out_len] (the same
+ * bytes, or the decision cache's copy marked as such), and ends it. */
+static void reply_engine_200(struct api_call *c, const char *text, size_t len, const char *out,
+                             size_t out_len) {
     json_t *resp = json_loadb(text, len, 0, NULL);
     c->input_tokens = usage_input_tokens(resp);
     json_decref(resp);
@@ -126,9 +125,19 @@ static void answer_from_engine(struct api_call *c, int status, const char *text,
     if (c->api->p.cfg->log_bodies)
         c->response_copy = mem_strndup(text, len < API_AUDIT_BODY_MAX ? len : API_AUDIT_BODY_MAX);
     api_call_add_headers(c);
-    http_req_reply(c->r, 200, "application/json", text, len);
+    http_req_reply(c->r, 200, "application/json", out, out_len);
     c->answered = true;
     api_call_finish(c, 200, NULL);
+}
+
+/* Answers c with its engine's final answer (status, text[len]: the engine's, or,
+ * for a request that waited in the decision cache, an identical request's) and
+ * ends it. */
+static void answer_from_engine(struct api_call *c, int status, const char *text, size_t len) {
+    if (status == 200)
+        reply_engine_200(c, text, len, text, len);
+    else
+        engine_error(c, status, text, len);
 }
 
 static void on_engine_done(void *user, int status, struct evbuffer *body, const char *error) {
@@ -427,10 +436,6 @@ static void submit_job(struct api_call *c, int64_t due) {
 
 /* --- the decision cache ------------------------------------------------------------------------ */
 
-static const char *const cache_outcome_names[] = {
-    [DCACHE_OFF] = NULL, [DCACHE_HIT] = "hit", [DCACHE_WAIT] = "coalesced",
-    [DCACHE_LEAD] = "miss", [DCACHE_BYPASS] = "bypass"};
-
 /* Whether the request's Cache-Control (or Pragma) holds directive (e.g.
  * "no-cache"), a comma-separated token in any case. */
 static bool cache_directive(const struct api_call *c, const char *directive) {
@@ -456,17 +461,8 @@ static void answer_hit(struct api_call *c, const char *body, size_t len) {
         memcpy(text, mark, sizeof mark - 1);
         memcpy(text + sizeof mark - 1, body + 1, len - 1);
     }
-    json_t *resp = json_loadb(body, len, 0, NULL);
-    c->input_tokens = usage_input_tokens(resp);
-    json_decref(resp);
-    if (c->api->p.cfg->log_bodies)
-        c->response_copy = mem_strndup(body, len < API_AUDIT_BODY_MAX ? len : API_AUDIT_BODY_MAX);
-    api_call_add_headers(c);
-    http_req_reply(c->r, 200, "application/json", text ? text : body,
-                   text ? len + sizeof mark - 2 : len);
+    reply_engine_200(c, body, len, text ? text : body, text ? len + sizeof mark - 2 : len);
     mem_free(text);
-    c->answered = true;
-    api_call_finish(c, 200, NULL);
 }
 
 static bool look_up(struct api_call *c, int64_t due);
@@ -514,7 +510,7 @@ static bool look_up(struct api_call *c, int64_t due) {
     struct dcache_answer hit;
     enum dcache_outcome o = dcache_lookup(c->api->p.cache, &rq, &c->ticket, &hit);
     free(text);
-    c->cache = cache_outcome_names[o];
+    c->cache = dcache_outcome_name(o);
     if (o == DCACHE_HIT)
         answer_hit(c, hit.body, hit.len);
     return o == DCACHE_HIT || o == DCACHE_WAIT;

@@ -323,6 +323,13 @@ static enum dcache_outcome lead(struct dcache *c, const struct key *k,
     return how;
 }
 
+const char *dcache_outcome_name(enum dcache_outcome o) {
+    static const char *const names[] = {[DCACHE_OFF] = NULL, [DCACHE_HIT] = "hit",
+                                        [DCACHE_WAIT] = "coalesced", [DCACHE_LEAD] = "miss",
+                                        [DCACHE_BYPASS] = "bypass"};
+    return (size_t)o < sizeof names / sizeof *names ? names[o] : NULL;
+}
+
 enum dcache_outcome dcache_lookup(struct dcache *c, const struct dcache_request *rq,
                                   struct dcache_ticket **ticket, struct dcache_answer *hit) {
     *ticket = NULL;

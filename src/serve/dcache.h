@@ -105,6 +105,10 @@ enum dcache_outcome {
     DCACHE_BYPASS  /* no_lookup: evaluate, then dcache_ticket_done */
 };
 
+/* The outcome's name as the x-tandem-cache header and the audit log say it:
+ * "hit", "coalesced" (WAIT), "miss" (LEAD), "bypass"; NULL for OFF. */
+const char *dcache_outcome_name(enum dcache_outcome o);
+
 /* Looks request rq up. HIT: *hit (output) holds the answer, valid until the
  * next call into c. WAIT, LEAD and BYPASS: *ticket (output) is the caller's
  * until dcache_ticket_done (LEAD, BYPASS), the wake call (WAIT) or

@@ -12,10 +12,12 @@
  *             accepted
  *
  * start_run() checks the request against the pipeline request contract
- * (take_request) before the first stage. run_stage() submits one POST
- * /v1/systemone to the scheduler (so stages wait for residency and share
- * grouping and deadlines with every other request), or to the remote set for
- * a remote model, sends it when the job starts, and hands the engine's answer
+ * (take_request) before the first stage. run_stage() looks one POST
+ * /v1/systemone up in the decision cache (a hit goes on at the loop's next
+ * turn; an identical stage in flight is waited for), else submits it to the
+ * scheduler (so stages wait for residency and share grouping and deadlines
+ * with every other request), or to the remote set for a remote model, sends
+ * it when the job starts, and hands the engine's answer
  * to the run's continuation (on_decided, on_verified, on_escalated_model).
  * Any failure ends the run through finish_error(); success through
  * finish_verdict(). Escalation to a pipeline starts a nested run with the
@@ -336,9 +338,7 @@ static tandem_err submit_stage(struct pipeline_run *r) {
     struct dcache_answer hit;
     enum dcache_outcome o = r->env.base ? dcache_lookup(r->env.cache, &rq, &r->ticket, &hit)
                                         : DCACHE_OFF;
-    static const char *const names[] = {[DCACHE_HIT] = "hit", [DCACHE_WAIT] = "coalesced",
-                                        [DCACHE_LEAD] = "miss", [DCACHE_BYPASS] = "bypass"};
-    r->stage_cache = names[o];
+    r->stage_cache = dcache_outcome_name(o);
     if (o == DCACHE_HIT)
         return next_turn(r, &hit);
     if (o == DCACHE_WAIT)
@@ -359,9 +359,8 @@ static tandem_err run_stage(struct pipeline_run *r, const char *name, size_t mod
                             "questions", questions);
     mem_free(r->body);
     r->body = req ? json_dumps(req, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    uint64_t prompt = s1_prompt_key(req);
+    r->prompt = s1_prompt_key(req);
     json_decref(req);
-    r->prompt = prompt;
     r->stage_cache = NULL;
     if (!r->body)
         return TANDEM_ERR_NOMEM;
