@@ -48,6 +48,7 @@ struct model {
     char *settings;
     unsigned char identity[HASH_SHA256_LEN];
     uint64_t loads_guard;      /* answers are kept once the engine's loads exceed this */
+    bool stale;                /* an engine may still run on the file before a change */
     struct dcache_stats st;
 };
 
@@ -211,10 +212,26 @@ static tandem_err identify(struct dcache *c, size_t m) {
     return hash_sha256_pair(&id, sizeof id, md->settings, strlen(md->settings), md->identity);
 }
 
+/* While model m's engine may still run on the file before a change (its
+ * loads have not passed the guard), stops it once it is resident and idle,
+ * so that the next request loads the file anew. */
+static void stop_stale_engine(struct dcache *c, size_t m) {
+    struct model *md = &c->models[m];
+    if (!c->sched || !md->stale)
+        return;
+    struct sched_counts n;
+    sched_model_counts(c->sched, m, &n);
+    if (n.loads > md->loads_guard) {
+        md->stale = false;
+        return;
+    }
+    if (sched_model_state(c->sched, m) == SCHED_RESIDENT && !n.waiting && !n.running)
+        (void)sched_unload(c->sched, m);
+}
+
 /* Model m's identity changed (its file, or what it was set to): its entries
  * go, the digest follows, and nothing is kept until an engine has loaded the
- * file anew. A resident idle engine is stopped so that the next request
- * loads it. */
+ * file anew (a load under way may have read the old one). */
 static void identity_changed(struct dcache *c, size_t m) {
     struct model *md = &c->models[m];
     dcache_clear(c, m);
@@ -225,10 +242,9 @@ static void identity_changed(struct dcache *c, size_t m) {
         return;
     struct sched_counts n;
     sched_model_counts(c->sched, m, &n);
-    enum sched_state st = sched_model_state(c->sched, m);
-    md->loads_guard = n.loads + (st == SCHED_LOADING);
-    if (st == SCHED_RESIDENT && !n.waiting && !n.running)
-        (void)sched_unload(c->sched, m);
+    md->loads_guard = n.loads + (sched_model_state(c->sched, m) == SCHED_LOADING);
+    md->stale = true;
+    stop_stale_engine(c, m);
 }
 
 tandem_err dcache_model_set(struct dcache *c, size_t m, const struct dcache_model_spec *spec) {
@@ -264,12 +280,15 @@ tandem_err dcache_model_set(struct dcache *c, size_t m, const struct dcache_mode
     return TANDEM_OK;
 }
 
-/* Compares model m's file with its stamp (one stat) and follows a change. */
+/* Compares model m's file with its stamp (one stat) and follows a change;
+ * an engine left on the old file is stopped once it is idle. */
 static void check_file(struct dcache *c, size_t m) {
     struct stamp now;
     (void)stamp_of(c->models[m].path, &now);
-    if (stamp_same(&now, &c->models[m].file))
+    if (stamp_same(&now, &c->models[m].file)) {
+        stop_stale_engine(c, m);
         return;
+    }
     c->models[m].file = now;
     identity_changed(c, m);
 }

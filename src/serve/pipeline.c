@@ -208,7 +208,6 @@ static void on_engine_done(void *user, int status, struct evbuffer *body, const 
         return; /* resent: on_job_start follows */
     struct dcache_ticket *ticket = r->ticket; /* identical stages waiting get the same */
     r->ticket = NULL;
-    dcache_ticket_done(ticket, &(struct dcache_answer){status, text, len});
     json_t *answer = json_loadb(text, len, 0, NULL);
     json_t *in = json_object_get(json_object_get(answer, "usage"), "input_tokens");
     if (json_is_integer(in))
@@ -217,7 +216,10 @@ static void on_engine_done(void *user, int status, struct evbuffer *body, const 
     sched_job_done(r->job, status == 200);
     r->job = NULL;
     add_timing(r, &t);
-    stage_answered(r, status, answer, text, len);
+    stage_answered(r, status, answer, text, len); /* may free r */
+    /* the waiters go on after this run has started its next stage, which they may join
+     * (they are due no earlier than it) */
+    dcache_ticket_done(ticket, &(struct dcache_answer){status, text, len});
 }
 
 /* A remote stage ended: an upstream's answer goes on like an engine's; no
