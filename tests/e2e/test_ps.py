@@ -4,6 +4,7 @@ commands against the states they cause, and the exit codes against a daemon
 that is not there or wants a key."""
 import json
 import os
+import re
 import subprocess
 import urllib.request
 
@@ -45,19 +46,24 @@ def test_ps_matches_status_and_load_unload_change_it(tandem_bin, serve_factory):
         assert (r["state"], r["device"], r["loads"], r["answered"]) == \
             (m["state"], m["device"], m["loads"], m["answered"])
         assert r["planned_bytes"] == m["planned"]["host_bytes"]
+        assert r["cache"] == m["cache"]
+    assert rows["cache"] == status["cache"] and rows["cache"]["misses"] == 1
     assert by_name[A]["state"] == "resident" and by_name[A]["answered"] == 1
     assert by_name[B]["state"] == "unloaded"
     assert rows["devices"] == status["budget"]["devices"]
 
-    # the table: one line per model with its state, then the budget and the queue
+    # the table: one line per model with its state and cache hits, then the budget, the
+    # queue and the decision cache
     table = tandem(tandem_bin, "ps", "--config", str(s.config), env=key)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split()[:3] == ["NAME", "STATE", "DEVICE"]
-    assert lines[1].split()[:3] == [A, "resident", "cpu"]
+    assert lines[0].split()[:3] == ["NAME", "STATE", "DEVICE"] and lines[0].split()[-1] == "CACHED"
+    assert lines[1].split()[:3] == [A, "resident", "cpu"] and lines[1].split()[-1] == "0"
     assert lines[2].split()[:3] == [B, "unloaded", "cpu"]
     assert any(l.startswith("budget host: ") for l in lines)
-    assert lines[-1].startswith("queue: 0 waiting")
+    assert lines[-2].startswith("queue: 0 waiting")
+    assert re.fullmatch(r"decision cache: 1 entries, \d+ B of 64\.0 MiB; 0 hits, 1 misses, "
+                        r"0 coalesced, 0 evicted", lines[-1]), lines[-1]
 
     load = tandem(tandem_bin, "load", B, "--url", s.url, env=key)
     assert load.returncode == 0, load.stderr
