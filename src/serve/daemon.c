@@ -268,10 +268,13 @@ static int plan_placement(struct daemon *sv, struct sched_model_spec *specs) {
     for (size_t k = 0; k < sv->n_local; k++)
         apply_slot(sv, sv->local[k], k, &r->best.slot[k], threads[k], &specs[k]);
     units_format_bytes(sv->budget_total, total, sizeof total);
-    char cache[32];
-    units_format_bytes(sv->cfg->cache_max_bytes, cache, sizeof cache);
-    fprintf(stderr, "tandem serve: budget %s (%s), less %s of host RAM for the decision cache "
-            "(cache.max_bytes)%s\n", total, sv->budget_source, cache,
+    char cache[96], cap[32];
+    if (sv->cfg->cache_max_bytes)
+        snprintf(cache, sizeof cache, "less %s of host RAM for the decision cache "
+                 "(cache.max_bytes)", units_format_bytes(sv->cfg->cache_max_bytes, cap, sizeof cap));
+    else
+        snprintf(cache, sizeof cache, "the decision cache off (cache.max_bytes: 0)");
+    fprintf(stderr, "tandem serve: budget %s (%s), %s%s\n", total, sv->budget_source, cache,
             sv->simulated ? "; GPU simulated: no GPU found, engines run on the CPU as though "
                             "it existed"
                           : "");
