@@ -59,6 +59,7 @@ from procs import cmdline, descendants  # noqa: E402
 from serve_bench import (ENGINE, FIXTURES, FOREIGN_MAX, QUIET, Cleanup, Conn, Engine,  # noqa: E402
                          Sampler, cpu_model, engine_version, get_json, get_text, log, med, pct,
                          start_serve, status_models, wait_quiet)
+from test_deciders import MIXED  # noqa: E402  (tests/e2e: on the path through serve_bench)
 
 MODEL = "smollm2-decider"
 CLIENTS = 4
@@ -68,17 +69,7 @@ MARK = b'{"cached":true,'
 STATE = ("The customer writes: 'My package never arrived and it has been three weeks. "
          "I asked twice already and nobody answered.' The order shipped on March 3 and its "
          "tracking number stopped updating in Lyon.")
-QUESTIONS = {
-    "route": {"type": "choice", "instructions": "Which team should handle this message?",
-              "criteria": {"billing": "payments and refunds",
-                           "shipping": "deliveries and lost parcels",
-                           "technical": "bugs and login problems",
-                           "sales": None}},
-    "upset": {"type": "score", "instructions": "How upset is the customer?",
-              "criteria": ["calm", "a bit annoyed", "angry", "furious"]},
-    "lost": {"type": "noul", "instructions": "Does the customer say the package did not arrive?",
-             "criteria": None},
-}
+QUESTIONS = MIXED["questions"]  # a choice, a score and a noul (tests/e2e/test_deciders.py)
 
 
 def body(state=STATE):

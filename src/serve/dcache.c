@@ -49,6 +49,7 @@ struct model {
     unsigned char identity[HASH_SHA256_LEN];
     uint64_t loads_guard;      /* answers are kept once the engine's loads exceed this */
     bool stale;                /* an engine may still run on the file before a change */
+    uint64_t generation;       /* bumped when its identity changes */
     struct dcache_stats st;
 };
 
@@ -74,7 +75,6 @@ struct dcache {
     struct sched *sched;
     struct model *models;
     size_t n_models;
-    uint64_t *generation;      /* per model: bumped when its identity changes */
     struct entry **buckets;
     size_t n_buckets;
     TAILQ_HEAD(, entry) lru;
@@ -235,7 +235,7 @@ static void stop_stale_engine(struct dcache *c, size_t m) {
 static void identity_changed(struct dcache *c, size_t m) {
     struct model *md = &c->models[m];
     dcache_clear(c, m);
-    c->generation[m]++;
+    md->generation++;
     if (identify(c, m) != TANDEM_OK)
         md->enabled = false;
     if (!c->sched)
@@ -317,8 +317,8 @@ static struct dcache_ticket *ticket_new(struct dcache *c, enum ticket_kind kind,
         return NULL;
     *t = (struct dcache_ticket){.c = c, .kind = kind, .key = *k, .model = rq->model,
                                 .deadline_ms = rq->deadline_ms, .store = !rq->no_store,
-                                .identity_gen = c->generation[rq->model], .wake = rq->wake,
-                                .user = rq->user};
+                                .identity_gen = c->models[rq->model].generation,
+                                .wake = rq->wake, .user = rq->user};
     TAILQ_INIT(&t->waiters);
     return t;
 }
@@ -387,13 +387,14 @@ enum dcache_outcome dcache_lookup(struct dcache *c, const struct dcache_request 
  * up, and its engine has loaded the file that identity names. */
 static bool keepable(const struct dcache_ticket *t) {
     const struct dcache *c = t->c;
-    if (!t->store || c->generation[t->model] != t->identity_gen || !c->models[t->model].enabled)
+    const struct model *md = &c->models[t->model];
+    if (!t->store || md->generation != t->identity_gen || !md->enabled)
         return false;
     if (!c->sched)
         return true;
     struct sched_counts n;
     sched_model_counts(c->sched, t->model, &n);
-    return n.loads > c->models[t->model].loads_guard;
+    return n.loads > md->loads_guard;
 }
 
 /* Ends leader t: off the flights, its waiters woken with a (NULL: look up
@@ -444,9 +445,8 @@ struct dcache *dcache_new(uint64_t max_bytes, size_t n_models, struct sched *sch
     TAILQ_INIT(&c->lru);
     TAILQ_INIT(&c->flights);
     c->models = mem_calloc(n_models ? n_models : 1, sizeof *c->models);
-    c->generation = mem_calloc(n_models ? n_models : 1, sizeof *c->generation);
     c->buckets = mem_calloc(c->n_buckets, sizeof *c->buckets);
-    if (!c->models || !c->generation || !c->buckets) {
+    if (!c->models || !c->buckets) {
         dcache_free(c);
         return NULL;
     }
@@ -463,7 +463,6 @@ void dcache_free(struct dcache *c) {
         mem_free(c->models[i].settings);
     }
     mem_free(c->models);
-    mem_free(c->generation);
     mem_free(c->buckets);
     mem_free(c);
 }

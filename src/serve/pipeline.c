@@ -338,8 +338,7 @@ static tandem_err submit_stage(struct pipeline_run *r) {
                                 .no_lookup = r->env.no_lookup, .no_store = r->env.no_store,
                                 .wake = on_stage_wake, .user = r};
     struct dcache_answer hit;
-    enum dcache_outcome o = r->env.base ? dcache_lookup(r->env.cache, &rq, &r->ticket, &hit)
-                                        : DCACHE_OFF;
+    enum dcache_outcome o = dcache_lookup(r->env.cache, &rq, &r->ticket, &hit);
     r->stage_cache = dcache_outcome_name(o);
     if (o == DCACHE_HIT)
         return next_turn(r, &hit);

@@ -45,7 +45,8 @@ struct pipeline_env {
     struct dcache *cache;      /* the decision cache, for local stages; NULL = none */
     bool no_lookup, no_store;  /* the request's Cache-Control: no-cache, no-store
                                 * (struct dcache_request), for every stage */
-    struct event_base *base;   /* where a stage's cache hit is answered (next turn) */
+    struct event_base *base;   /* where a stage's cache hit is answered (next turn);
+                                * required with cache */
 };
 
 struct pipeline_set; /* opaque: the compiled pipelines of one config */
