@@ -20,7 +20,7 @@ CFLAGS_COMMON := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -MMD -MP -iquote s
                  -ffile-prefix-map=$(CURDIR)=.
 # Library flags are expanded only inside recipes, after `make deps` had its chance.
 LIBS_PC    = jansson:libjansson-dev libcrypto:libssl-dev libfyaml:libfyaml-dev libevent:libevent-dev \
-             libcurl:libcurl4-openssl-dev libzstd:libzstd-dev
+             libcurl:libcurl4-openssl-dev libzstd:libzstd-dev sqlite3:libsqlite3-dev
 LIB_CFLAGS = $(foreach l,$(LIBS_PC),$(call pkg,$(word 1,$(subst :, ,$(l))),$(word 2,$(subst :, ,$(l))),--cflags)) -pthread
 LDLIBS     = $(foreach l,$(LIBS_PC),$(call pkg,$(word 1,$(subst :, ,$(l))),$(word 2,$(subst :, ,$(l))),--libs)) -pthread -ldl -lm
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer

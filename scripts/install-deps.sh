@@ -10,6 +10,7 @@ PACKAGES=(
   libevent-dev libjansson-dev libfyaml-dev libssl-dev
   libcurl4-openssl-dev                 # tandem eval/drift talk to /v1/systemone endpoints
   libzstd-dev                          # serve accepts zstd request bodies (the TypeSafe SDK's default)
+  libsqlite3-dev                       # the request store (store.path), export and --data store:
   libcriterion-dev                     # C unit tests
   clang libfuzzer-14-dev libclang-rt-14-dev   # fuzzing (make fuzz) and sanitizers
   python3 python3-venv python3-pip     # end-to-end tests run under pytest in a venv

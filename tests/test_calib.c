@@ -11,7 +11,7 @@
 
 #include "base/rng.h"
 #include "eval/calib.h"
-#include "eval/metrics.h"
+#include "proto/metrics.h"
 
 #define NEAR(a, b, tol) \
     cr_expect(fabs((a) - (b)) <= (tol), "%s = %.17g, expected %.17g", #a, (double)(a), (double)(b))

@@ -193,7 +193,7 @@ Test(config_walk, size_and_type) {
 
 Test(config_walk, duration_minimum_and_type) {
     refused("wait: 99ms", "t.yaml:1: wait: must be at least 100ms");
-    refused("wait: 5d", "t.yaml:1: wait: expected a duration like 30s, 5m, got \"5d\"");
+    refused("wait: 5w", "t.yaml:1: wait: expected a duration like 30s, 5m, got \"5w\"");
     refused("wait: forever", "t.yaml:1: wait: expected a duration like 30s, 5m, got \"forever\"");
     refused("keep: -1s", "t.yaml:1: keep: expected a duration like 30s, 5m or forever, got \"-1s\"");
 }

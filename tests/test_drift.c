@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "eval/drift.h"
-#include "eval/metrics.h"
+#include "proto/metrics.h"
 #include "test_hand_runs.h"
 
 /* The answers to hand_lines (test_hand_runs.h). The reference: r a at 0.9, n false at 0.7, s d at 0.6, u level 2 at 0.5. */

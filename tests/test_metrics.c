@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "eval/metrics.h"
+#include "proto/metrics.h"
 
 #define NEAR(a, b) cr_expect(fabs((a) - (b)) < 1e-12, "%s = %.17g, expected %.17g", #a, (a), (b))
 

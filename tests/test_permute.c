@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/mem.h"
-#include "eval/metrics.h"
+#include "proto/metrics.h"
 #include "eval/permute.h"
 #include "test_hand_runs.h"
 

@@ -1,4 +1,4 @@
-/* units.c: formatting of byte counts. Binary prefixes (KiB, MiB, GiB) throughout,
+/* units.c: byte counts and durations, formatted and parsed. Binary prefixes (KiB, MiB, GiB) throughout,
  * because VRAM budgets and the engine's own logs are in MiB; parsing accepts
  * "GB" as a GiB too, since nobody sizes a GPU budget in powers of ten. */
 #include "base/units.h"
@@ -74,4 +74,26 @@ tandem_err units_parse_listen(const char *text, char *host, size_t cap, uint16_t
     host[n] = '\0';
     *port = (uint16_t)p;
     return TANDEM_OK;
+}
+
+tandem_err units_parse_ms(const char *text, int64_t *out_ms) {
+    static const struct {
+        const char *suffix;
+        double ms;
+    } scales[] = {{"", 1}, {"ms", 1}, {"s", 1e3}, {"m", 6e4}, {"h", 3.6e6}, {"d", 8.64e7}};
+    char *end;
+    errno = 0;
+    if (!text || !(isdigit((unsigned char)text[0]) || text[0] == '.'))
+        return TANDEM_ERR_FORMAT;
+    double x = strtod(text, &end);
+    if (end == text || errno || !(x >= 0))
+        return TANDEM_ERR_FORMAT;
+    for (size_t i = 0; i < sizeof scales / sizeof *scales; i++)
+        if (!strcmp(end, scales[i].suffix)) {
+            if (x * scales[i].ms > UNITS_MAX_MS)
+                return TANDEM_ERR_RANGE;
+            *out_ms = (int64_t)(x * scales[i].ms + 0.5);
+            return TANDEM_OK;
+        }
+    return TANDEM_ERR_FORMAT;
 }

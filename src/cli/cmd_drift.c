@@ -15,6 +15,7 @@
 #include "cli/api_key.h"
 #include "cli/cli_opts.h"
 #include "eval/drift.h"
+#include "flow/dataset.h"
 #include "flow/model_endpoint.h"
 
 static void usage(FILE *f) {
@@ -262,7 +263,7 @@ int cmd_drift_main(int argc, char **argv, const char *llama_server) {
     p.timeout_ms = (long)timeout_s * 1000;
 
     struct evalset *set;
-    if (evalset_load(data, &set, err, sizeof err) != TANDEM_OK) {
+    if (dataset_load(data, config, false, &set, NULL, err, sizeof err) != TANDEM_OK) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }

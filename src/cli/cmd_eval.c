@@ -24,6 +24,7 @@
 #include "eval/permute.h"
 #include "eval/report.h"
 #include "eval/summary.h"
+#include "flow/dataset.h"
 #include "flow/model_endpoint.h"
 
 #define DEFAULT_LOW_CONFIDENCE 0.6
@@ -611,7 +612,7 @@ int cmd_eval_main(int argc, char **argv, const char *llama_server) {
         return rc < 0 ? 0 : rc;
     static char err[64 * 1024];
     struct evalset *set;
-    if (evalset_load(o.data, &set, err, sizeof err) != TANDEM_OK) {
+    if (dataset_load(o.data, o.config, false, &set, NULL, err, sizeof err) != TANDEM_OK) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }

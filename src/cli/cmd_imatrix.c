@@ -17,6 +17,7 @@
 
 #include "base/host.h"
 #include "base/mem.h"
+#include "flow/dataset.h"
 #include "flow/imatrix.h"
 
 /* --- the command ----------------------------------------------------------------- */
@@ -180,7 +181,7 @@ static void show_progress(void *user, const char *phase, size_t done, size_t tot
 static int load_data(struct cli *o, struct evalset **set, bool **use) {
     char err[8192];
     size_t skipped = 0;
-    if (evalset_load_any(o->data, set, &skipped, err, sizeof err) != TANDEM_OK) {
+    if (dataset_load(o->data, NULL, true, set, &skipped, err, sizeof err) != TANDEM_OK) {
         fprintf(stderr, "tandem imatrix: %s\n", err);
         return 1;
     }

@@ -20,11 +20,9 @@
 #include <jansson.h>
 
 #include "base/units.h"
+#include "cli/cli_daemon.h"
 #include "cli/load_progress.h"
-#include "eval/s1client.h"
-#include "serve/config.h"
 
-#define DEFAULT_URL "http://127.0.0.1:8090"
 #define EXIT_FAILED 1
 #define EXIT_USAGE 2
 
@@ -48,74 +46,13 @@ static void usage(FILE *f, const char *cmd) {
     fprintf(f, "\n"
                "  --url URL      the daemon (default: --config's listen address, else %s)\n"
                "  --config FILE  take the daemon's address from this tandem.yaml\n",
-            DEFAULT_URL);
+            CLI_DAEMON_DEFAULT_URL);
     if (!strcmp(cmd, "ps"))
         fprintf(f, "  --json         the rows as JSON\n"
                    "  --watch        redraw every second until interrupted\n");
     fprintf(f, "\nThe API key, if the daemon wants one, is read from $TANDEM_API_KEY.\n"
                "Exit status: 0 the daemon answered, 1 it could not be reached or refused,\n"
                "2 usage.\n");
-}
-
-/* The daemon's base URL into out[cap]; 0, or EXIT_USAGE with a message. */
-static int daemon_url(const struct ps_opts *o, const char *cmd, char *out, size_t cap) {
-    if (o->url) {
-        snprintf(out, cap, "%s", o->url);
-        return 0;
-    }
-    if (!o->config) {
-        snprintf(out, cap, "%s", DEFAULT_URL);
-        return 0;
-    }
-    struct config *cfg;
-    char err[1024];
-    if (config_load(o->config, &cfg, err, sizeof err) != TANDEM_OK) {
-        fprintf(stderr, "tandem %s: %s\n", cmd, err);
-        return EXIT_USAGE;
-    }
-    config_listen_url(cfg, out, cap);
-    config_free(cfg);
-    if (!out[0]) {
-        fprintf(stderr, "tandem %s: %s listens on port 0 (any free port): give --url\n", cmd,
-                o->config);
-        return EXIT_USAGE;
-    }
-    return 0;
-}
-
-/* One exchange with the daemon: GET path when body is NULL, else POST.
- * Returns the parsed answer of a 2xx (caller owns), or NULL after printing
- * why (unreachable, an error status with the daemon's message). */
-static json_t *call(const char *cmd, const char *base, const char *path, const char *body) {
-    struct s1client_params p = s1client_default_params();
-    p.endpoint = base;
-    p.path = path;
-    p.api_key = getenv("TANDEM_API_KEY");
-    p.timeout_ms = 10000;
-    struct s1client *c;
-    char err[1024] = "";
-    long status = 0;
-    json_t *answer = NULL;
-    tandem_err e = s1client_new(&p, &c, err, sizeof err);
-    if (e == TANDEM_OK)
-        e = body ? s1client_post(c, body, strlen(body), &status, &answer, err, sizeof err)
-                 : s1client_get(c, &status, &answer, err, sizeof err);
-    s1client_free(c);
-    if (e != TANDEM_OK) {
-        fprintf(stderr, "tandem %s: cannot reach the daemon at %s: %s\n", cmd, base, err);
-        return NULL;
-    }
-    if (status / 100 != 2) {
-        const char *msg = json_string_value(
-            json_object_get(json_object_get(answer, "error"), "message"));
-        fprintf(stderr, "tandem %s: %s%s answered %ld: %s\n", cmd, base, path, status,
-                msg ? msg : err[0] ? err : "(no message)");
-        json_decref(answer);
-        return NULL;
-    }
-    if (!answer)
-        fprintf(stderr, "tandem %s: %s%s: %s\n", cmd, base, path, err);
-    return answer;
 }
 
 /* --- ps ------------------------------------------------------------------------------------ */
@@ -253,7 +190,7 @@ static void print_table(const json_t *status) {
 }
 
 static int show(const struct ps_opts *o, const char *base) {
-    json_t *status = call("ps", base, "/v1/status", NULL);
+    json_t *status = cli_daemon_call("ps", base, "/v1/status", NULL);
     if (!status)
         return EXIT_FAILED;
     if (o->json) {
@@ -313,7 +250,7 @@ int cmd_ps_main(int argc, char **argv, const char *llama_server) {
         fprintf(stderr, "tandem ps: unexpected argument '%s'\n", argv[optind]);
         return EXIT_USAGE;
     }
-    if ((rc = daemon_url(&o, "ps", base, sizeof base)))
+    if ((rc = cli_daemon_url(o.url, o.config, "ps", base, sizeof base)))
         return rc;
     if (!o.watch)
         return show(&o, base);
@@ -344,10 +281,10 @@ static int admin(int argc, char **argv, const char *cmd) {
         fprintf(stderr, "tandem %s: '%s' is not a model name\n", cmd, name);
         return EXIT_USAGE;
     }
-    if ((rc = daemon_url(&o, cmd, base, sizeof base)))
+    if ((rc = cli_daemon_url(o.url, o.config, cmd, base, sizeof base)))
         return rc;
     snprintf(path, sizeof path, "/admin/models/%s/%s", name, cmd);
-    json_t *answer = call(cmd, base, path, "");
+    json_t *answer = cli_daemon_call(cmd, base, path, "");
     if (!answer)
         return EXIT_FAILED;
     printf("%s: %s\n", name, json_string_value(json_object_get(answer, "state")));

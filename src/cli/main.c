@@ -12,6 +12,8 @@
 #include "cli/cmd_doctor.h"
 #include "cli/cmd_drift.h"
 #include "cli/cmd_eval.h"
+#include "cli/cmd_export.h"
+#include "cli/cmd_feedback.h"
 #include "cli/cmd_footprint.h"
 #include "cli/cmd_gguf.h"
 #include "cli/cmd_imatrix.h"
@@ -42,6 +44,8 @@ static const struct command commands[] = {
     {"ps", "show a running daemon's models, memory and queue", cmd_ps_main},
     {"load", "ask a running daemon to load a model", cmd_load_main},
     {"unload", "ask a running daemon to unload a model", cmd_unload_main},
+    {"feedback", "tell a running daemon how a decision went (its outcome)", cmd_feedback_main},
+    {"export", "write the daemon's stored requests as an eval set, outcomes as gold", cmd_export_main},
     {"run", "start one planned, supervised llama-server for a model", cmd_run_main},
     {"footprint", "record what an engine run allocated into the footprint cache", cmd_footprint_main},
     {"eval", "score a decision model on a dataset: accuracy, calibration, stability",

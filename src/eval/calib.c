@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "base/rng.h"
-#include "eval/metrics.h"
+#include "proto/metrics.h"
 
 #define FIT_STEPS 200
 

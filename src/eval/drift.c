@@ -16,7 +16,7 @@
 #include <stdlib.h>
 
 #include "base/mem.h"
-#include "eval/metrics.h"
+#include "proto/metrics.h"
 #include "eval/summary.h"
 
 struct item {

@@ -25,10 +25,8 @@
 
 #include "base/mem.h"
 #include "base/rng.h"
+#include "proto/s1gold.h"
 #include "proto/s1q.h"
-
-/* How far a target distribution's sum may stray from 1. */
-#define TARGET_SUM_TOLERANCE 1e-6
 
 /* Context of one line's validation: where, and the caller's message buffer. */
 struct ctx {
@@ -57,34 +55,6 @@ static tandem_err nomem(const struct ctx *x) {
     return TANDEM_ERR_NOMEM;
 }
 
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE: return "true";
-    case JSON_FALSE: return "false";
-    case JSON_NULL: return "null";
-    }
-    return "?";
-}
-
-/* The options of a question, "a, b, c" (cut short with "..." for long lists). */
-static void option_list(const struct evalset_question *q, char *buf, size_t cap) {
-    size_t used = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < q->n_options && used + 1 < cap; i++) {
-        int n = snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", q->options[i]);
-        if (n < 0 || (size_t)n >= cap - used) {
-            if (cap > 4)
-                memcpy(buf + cap - 4, "...", 4);
-            return;
-        }
-        used += (size_t)n;
-    }
-}
 
 static void question_deinit(struct evalset_question *q) {
     if (q->options)
@@ -119,7 +89,7 @@ static tandem_err set_options(const struct ctx *x, struct evalset_question *q, s
 
 /* The "(got ...)" of a choice or score criteria count or kind problem. */
 static void criteria_got(const struct s1q_problem *p, char *got, size_t cap) {
-    const char *kind = p->value ? json_kind(p->value) : "nothing";
+    const char *kind = p->value ? s1gold_kind(p->value) : "nothing";
     if (p->fault == S1Q_FAULT_CRITERIA_FEW && p->type == S1Q_TYPE_CHOICE)
         snprintf(got, cap, "an empty object");
     else if (p->fault == S1Q_FAULT_CRITERIA_FEW)
@@ -135,7 +105,7 @@ static void criteria_got(const struct s1q_problem *p, char *got, size_t cap) {
 static tandem_err criteria_fault(const struct ctx *x, const struct s1q_problem *p) {
     if (p->type == S1Q_TYPE_NOUL)
         return fail(x, "questions.%s.criteria: a noul question takes null or an object "
-                       "{\"true\": ..., \"false\": ...}, not %s", p->qid, json_kind(p->value));
+                       "{\"true\": ..., \"false\": ...}, not %s", p->qid, s1gold_kind(p->value));
     bool choice = p->type == S1Q_TYPE_CHOICE;
     char got[64];
     criteria_got(p, got, sizeof got);
@@ -153,7 +123,7 @@ static tandem_err question_fault(const struct ctx *x, const struct s1q_problem *
     case S1Q_FAULT_NONE: return TANDEM_OK;
     case S1Q_FAULT_ID_EMPTY: return fail(x, "questions: a question id must not be empty");
     case S1Q_FAULT_NOT_OBJECT:
-        return fail(x, "questions.%s: must be an object, not %s", id, json_kind(p->value));
+        return fail(x, "questions.%s: must be an object, not %s", id, s1gold_kind(p->value));
     case S1Q_FAULT_TYPE_MISSING:
         return fail(x, "questions.%s: missing \"type\" (choice, score or noul)", id);
     case S1Q_FAULT_TYPE_KIND:
@@ -163,7 +133,7 @@ static tandem_err question_fault(const struct ctx *x, const struct s1q_problem *
         return fail(x, "questions.%s: missing \"instructions\"", id);
     case S1Q_FAULT_INSTRUCTIONS_KIND:
         return fail(x, "questions.%s.instructions: must be a string, object or array, not %s",
-                    id, json_kind(p->value));
+                    id, s1gold_kind(p->value));
     case S1Q_FAULT_CRITERIA_MISSING:
     case S1Q_FAULT_CRITERIA_KIND:
     case S1Q_FAULT_CRITERIA_FEW:
@@ -174,9 +144,9 @@ static tandem_err question_fault(const struct ctx *x, const struct s1q_problem *
     case S1Q_FAULT_DESCRIPTION_KIND:
         if (p->type == S1Q_TYPE_SCORE)
             return fail(x, "questions.%s.criteria[%zu]: a level must be a string, object or "
-                           "array, not %s", id, p->index, json_kind(p->value));
+                           "array, not %s", id, p->index, s1gold_kind(p->value));
         return fail(x, "questions.%s.criteria.%s: must be a string, object, array or null, "
-                       "not %s", id, p->key, json_kind(p->value));
+                       "not %s", id, p->key, s1gold_kind(p->value));
     }
     return TANDEM_ERR_INVAL;
 }
@@ -239,101 +209,28 @@ static tandem_err parse_question(const struct ctx *x, const char *qid, json_t *j
     return set_answer_keys(x, q, json_object_get(jq, "criteria"));
 }
 
-/* Resolves a plain gold answer v of question q to an option index. */
-static tandem_err gold_index(const struct ctx *x, const struct evalset_question *q,
-                             const char *where, json_t *v, size_t *out) {
-    char opts[256];
-    switch (q->type) {
-    case S1Q_TYPE_CHOICE:
-        if (!json_is_string(v))
-            return fail(x, "%s: a choice answer must be an option name (a string), not %s",
-                        where, json_kind(v));
-        for (size_t i = 0; i < q->n_options; i++)
-            if (!strcmp(q->options[i], json_string_value(v))) {
-                *out = i;
-                return TANDEM_OK;
-            }
-        option_list(q, opts, sizeof opts);
-        return fail(x, "%s: \"%s\" is not an option of question %s (%s)", where,
-                    json_string_value(v), q->id, opts);
-    case S1Q_TYPE_NOUL:
-        if (!json_is_boolean(v))
-            return fail(x, "%s: a noul answer must be true or false, not %s", where,
-                        json_kind(v));
-        *out = json_is_true(v) ? 0 : 1;
-        return TANDEM_OK;
-    case S1Q_TYPE_SCORE:
-        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) >= (json_int_t)q->n_options)
-            return fail(x, "%s: a score answer must be a level, an integer from 0 to %zu%s%s",
-                        where, q->n_options - 1, json_is_integer(v) ? "" : ", not ",
-                        json_is_integer(v) ? "" : json_kind(v));
-        *out = (size_t)json_integer_value(v);
-        return TANDEM_OK;
+/* Reads question q's gold value g (plain or with a target) at where. */
+static tandem_err parse_gold_value(const struct ctx *x, struct evalset_question *q,
+                                   const char *where, const json_t *g) {
+    struct s1gold_question sq = {q->id, q->type, (const char *const *)q->options, q->n_options};
+    if (!(q->target = mem_calloc(q->n_options, sizeof *q->target)))
+        return nomem(x);
+    struct s1gold gold;
+    char msg[1024];
+    if (s1gold_parse(&sq, g, where, &gold, q->target, msg, sizeof msg))
+        return fail(x, "%s", msg);
+    q->gold = gold.index;
+    if (!gold.has_target) {
+        mem_free(q->target);
+        q->target = NULL;
     }
-    return TANDEM_ERR_INVAL;
-}
-
-/* Reads {"answer": A, "target": {key: p}} (either may be missing, not both). */
-static tandem_err parse_gold_object(const struct ctx *x, struct evalset_question *q,
-                                    const char *where, json_t *g) {
-    const char *key;
-    json_t *v;
-    json_object_foreach(g, key, v) {
-        if (strcmp(key, "answer") && strcmp(key, "target"))
-            return fail(x, "%s: unknown field \"%s\" (expected answer, target)", where, key);
-    }
-    json_t *answer = json_object_get(g, "answer"), *target = json_object_get(g, "target");
-    if (!answer && !target)
-        return fail(x, "%s: a gold object needs \"answer\", \"target\" or both", where);
-    char sub[320];
-    if (target) {
-        snprintf(sub, sizeof sub, "%s.target", where);
-        if (!json_is_object(target) || json_object_size(target) == 0)
-            return fail(x, "%s: must be a non-empty object, option -> probability", sub);
-        if (!(q->target = mem_calloc(q->n_options, sizeof *q->target)))
-            return nomem(x);
-        double sum = 0;
-        json_object_foreach(target, key, v) {
-            size_t i = 0;
-            while (i < q->n_options && strcmp(q->options[i], key))
-                i++;
-            if (i == q->n_options) {
-                char opts[256];
-                option_list(q, opts, sizeof opts);
-                return fail(x, "%s: \"%s\" is not an answer key of question %s (%s)", sub, key,
-                            q->id, opts);
-            }
-            double p = json_number_value(v);
-            if (!json_is_number(v) || !isfinite(p) || p < 0 || p > 1)
-                return fail(x, "%s.%s: must be a probability from 0 to 1", sub, key);
-            q->target[i] = p;
-            sum += p;
-        }
-        if (fabs(sum - 1) > TARGET_SUM_TOLERANCE)
-            return fail(x, "%s: probabilities sum to %.9g, not 1", sub, sum);
-    }
-    if (answer) {
-        snprintf(sub, sizeof sub, "%s.answer", where);
-        return gold_index(x, q, sub, answer, &q->gold);
-    }
-    /* no answer: the target's most probable key, which must be unique */
-    size_t best = 0, ties = 0;
-    for (size_t i = 1; i < q->n_options; i++)
-        if (q->target[i] > q->target[best])
-            best = i;
-    for (size_t i = 0; i < q->n_options; i++)
-        ties += q->target[i] == q->target[best];
-    if (ties > 1)
-        return fail(x, "%s.target: the most probable answer is tied; give \"answer\" too", where);
-    q->gold = best;
     return TANDEM_OK;
 }
 
 static tandem_err parse_gold(const struct ctx *x, struct evalset_case *c, json_t *gold) {
     if (!json_is_object(gold))
         return fail(x, "gold: must be an object, question id -> answer, not %s",
-                    json_kind(gold));
+                    s1gold_kind(gold));
     const char *qid;
     json_t *g;
     json_object_foreach(gold, qid, g) {
@@ -345,8 +242,7 @@ static tandem_err parse_gold(const struct ctx *x, struct evalset_case *c, json_t
             return fail(x, "gold.%s: no question \"%s\" in questions", qid, qid);
         char where[300];
         snprintf(where, sizeof where, "gold.%s", qid);
-        tandem_err e = json_is_object(g) ? parse_gold_object(x, q, where, g)
-                                         : gold_index(x, q, where, g, &q->gold);
+        tandem_err e = parse_gold_value(x, q, where, g);
         if (e)
             return e;
         q->has_gold = true;
@@ -356,7 +252,7 @@ static tandem_err parse_gold(const struct ctx *x, struct evalset_case *c, json_t
 
 static tandem_err parse_case(const struct ctx *x, json_t *doc, struct evalset_case *c) {
     if (!json_is_object(doc))
-        return fail(x, "a case must be a JSON object, not %s", json_kind(doc));
+        return fail(x, "a case must be a JSON object, not %s", s1gold_kind(doc));
     const char *key;
     json_t *v;
     json_object_foreach(doc, key, v) {
@@ -370,20 +266,20 @@ static tandem_err parse_case(const struct ctx *x, json_t *doc, struct evalset_ca
         return fail(x, "missing \"id\"");
     if (!json_is_string(id) || !*json_string_value(id))
         return fail(x, "id: must be a non-empty string, not %s",
-                    json_is_string(id) ? "an empty one" : json_kind(id));
+                    json_is_string(id) ? "an empty one" : s1gold_kind(id));
     if (!(c->id = mem_strdup(json_string_value(id))))
         return nomem(x);
     json_t *state = json_object_get(doc, "state");
     if (!state)
         return fail(x, "missing \"state\"");
     if (!s1q_is_text(state))
-        return fail(x, "state: must be a string, object or array, not %s", json_kind(state));
+        return fail(x, "state: must be a string, object or array, not %s", s1gold_kind(state));
     json_t *qs = json_object_get(doc, "questions");
     if (!qs)
         return fail(x, "missing \"questions\"");
     if (!json_is_object(qs) || json_object_size(qs) == 0)
         return fail(x, "questions: must be a non-empty object, id -> question, not %s",
-                    json_is_object(qs) ? "an empty one" : json_kind(qs));
+                    json_is_object(qs) ? "an empty one" : s1gold_kind(qs));
     size_t n = json_object_size(qs);
     if (n > EVALSET_MAX_QUESTIONS)
         return fail(x, "questions: %zu questions, more than the limit of %u", n,
@@ -768,6 +664,32 @@ static tandem_err check_audit(const char *path, struct evalset *s, struct load_s
 tandem_err evalset_load_audit(const char *path, struct evalset **out, size_t *skipped, char *err,
                               size_t errlen) {
     return load_set(path, audit_parse_line, check_audit, out, skipped, err, errlen);
+}
+
+/* --- sets written from stored traffic ------------------------------------------- */
+
+/* One line of a written set (a line_fn): a line that is not a valid case is
+ * skipped (TANDEM_ERR_NOTFOUND), not an error. */
+static tandem_err lenient_parse_line(const char *file, size_t line, const char *text, size_t len,
+                                     struct evalset_case *c, char *msg, size_t msglen) {
+    tandem_err e = evalset_parse_line(file, line, text, len, c, msg, msglen);
+    return e == TANDEM_ERR_FORMAT ? TANDEM_ERR_NOTFOUND : e;
+}
+
+/* A written set holds at least one case; a repeated id counts once. */
+static tandem_err check_written(const char *path, struct evalset *s, struct load_state *st) {
+    tandem_err e = drop_repeated_ids(s, &st->skipped);
+    if (!e && s->n_cases == 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s: no valid case among %zu line(s)", path, st->lineno);
+        report_add(&st->r, msg);
+    }
+    return e;
+}
+
+tandem_err evalset_load_lenient(const char *path, struct evalset **out, size_t *skipped,
+                                char *err, size_t errlen) {
+    return load_set(path, lenient_parse_line, check_written, out, skipped, err, errlen);
 }
 
 tandem_err evalset_detect_audit(const char *path, bool *is_audit, char *err, size_t errlen) {

@@ -89,6 +89,14 @@ void evalset_free(struct evalset *s);
 tandem_err evalset_load_audit(const char *path, struct evalset **out, size_t *skipped, char *err,
                               size_t errlen);
 
+/* Loads path as evalset_load() does, except that a line that is not a valid
+ * case, or repeats an earlier id, is skipped and counted in *skipped (output,
+ * optional) instead of failing the load: for sets a program wrote from stored
+ * traffic (`--data store:`), where one odd request must not hide the rest. At
+ * least one case is required. Ownership and errors as evalset_load(). */
+tandem_err evalset_load_lenient(const char *path, struct evalset **out, size_t *skipped,
+                                char *err, size_t errlen);
+
 /* Whether the JSONL file at path is an audit log rather than an eval set:
  * its first non-blank line is a JSON object with the keys "request_id" and
  * "route". *is_audit (output) is false for an empty file or a first line

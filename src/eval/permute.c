@@ -29,7 +29,7 @@
 
 #include "base/mem.h"
 #include "base/rng.h"
-#include "eval/metrics.h"
+#include "proto/metrics.h"
 
 #define MAX_DRAWS 10000 /* shuffles tried for one order before a repeat is accepted */
 

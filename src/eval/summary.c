@@ -14,7 +14,7 @@
 #include <stdbool.h>
 
 #include "base/mem.h"
-#include "eval/metrics.h"
+#include "proto/metrics.h"
 
 const char *const summary_group_names[SUMMARY_N_GROUPS] = {"overall", "choice", "score", "noul"};
 

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "base/mem.h"
-#include "eval/metrics.h"
+#include "proto/metrics.h"
 #include "eval/summary.h"
 
 /* --- the groups ------------------------------------------------------------------------ */

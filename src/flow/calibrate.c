@@ -29,7 +29,8 @@
 
 #include "base/hash.h"
 #include "base/host.h"
-#include "eval/metrics.h"
+#include "proto/metrics.h"
+#include "flow/dataset.h"
 #include "flow/model_endpoint.h"
 #include "gguf/gguf_edit.h"
 #include "version.h"
@@ -555,7 +556,7 @@ static tandem_err run_set(struct cal *k) {
     char *err = mem_alloc(RUN_ERR_MAX);
     if (!err)
         return said(k, TANDEM_ERR_NOMEM, "out of memory");
-    tandem_err e = evalset_load(k->p->data, &k->set, err, RUN_ERR_MAX);
+    tandem_err e = dataset_load(k->p->data, NULL, false, &k->set, NULL, err, RUN_ERR_MAX);
     if (e)
         say(k, false, "%s", err);
     else if ((e = eval_run_new(k->set, &k->eval, &k->run, err, RUN_ERR_MAX)))

@@ -36,9 +36,10 @@
 #include "base/mem.h"
 #include "eval/drift.h"
 #include "eval/summary.h"
+#include "flow/dataset.h"
 #include "flow/imatrix.h"
 #include "engine/engine.h"
-#include "eval/metrics.h"
+#include "proto/metrics.h"
 #include "flow/model_endpoint.h"
 #include "flow/qladder_cache.h"
 #include "flow/qladder_int.h"
@@ -94,7 +95,8 @@ struct engine_quant_params qladder_quant_params(const struct qladder *L, const c
 /* Loads --data (an eval set or an audit log). */
 static int load_cases(struct qladder *L) {
     static char err[16 * 1024];
-    if (evalset_load_any(L->o.data, &L->set, NULL, err, sizeof err) != TANDEM_OK) {
+    if (dataset_load(L->o.data, L->o.plan.config, true, &L->set, NULL, err, sizeof err) !=
+        TANDEM_OK) {
         fprintf(stderr, ERR_PREFIX "%s\n", err);
         return 1;
     }

@@ -44,7 +44,7 @@
 const char *const api_route_names[] = {"systemone", "chat", "completions", "embeddings",
                                        "pipeline", "models", "health", "livez", "status",
                                        "metrics", "admin", "pipelines", "openapi", "events",
-                                       "ui", "mcp", "other"};
+                                       "ui", "mcp", "feedback", "quality", "other"};
 
 /* The generated headers are prerequisites of api.o alone (the Makefile), so the files
  * are included here and lent to api_local.c, which serves them. */
@@ -72,6 +72,15 @@ static void link_call(struct api *a, struct api_call *c) {
 static void unlink_call(struct api_call *c) {
     TAILQ_REMOVE(&c->api->calls, c, link);
     c->api->in_flight--;
+}
+
+/* Frees what an unlinked call owns, and the call. */
+static void free_call(struct api_call *c) {
+    json_decref(c->request);
+    mem_free(c->body);
+    mem_free(c->response_copy);
+    mem_free(c->answer_copy);
+    mem_free(c);
 }
 
 /* Publishes the audit log's new failures and losses as metrics, and says on
@@ -221,6 +230,7 @@ void api_call_finish(struct api_call *c, int status, const char *error) {
     if (c->job)
         sched_job_timing(c->job, &c->timing);
     audit_call(c, status, error);
+    api_store_answer(c, status);
     publish_request(c, status);
     count_call(c, status);
     pipeline_run_cancel(c->run);
@@ -230,11 +240,10 @@ void api_call_finish(struct api_call *c, int status, const char *error) {
         remote_call_cancel(c->rcall);
     if (c->job)
         sched_job_done(c->job, status == 200);
+    if (c->store_wait)
+        store_cancel(c->api->p.store, c);
     unlink_call(c);
-    json_decref(c->request);
-    mem_free(c->body);
-    mem_free(c->response_copy);
-    mem_free(c);
+    free_call(c);
 }
 
 /* --- load, as gateways read it ------------------------------------------------------------------ */
@@ -533,7 +542,9 @@ static const struct route_def {
     {{"/v1/events", "GET"}, API_ROUTE_EVENTS},
     {{"/ui", "GET HEAD"}, API_ROUTE_UI},
     {{"/ui/{name}", "GET HEAD"}, API_ROUTE_UI},
-    {{"/mcp", "POST DELETE"}, API_ROUTE_MCP}};
+    {{"/mcp", "POST DELETE"}, API_ROUTE_MCP},
+    {{"/v1/feedback", "POST"}, API_ROUTE_FEEDBACK},
+    {{"/v1/quality", "GET HEAD"}, API_ROUTE_QUALITY}};
 
 size_t api_routes(struct api_route *out, size_t cap) {
     size_t n = sizeof routes / sizeof *routes;
@@ -1052,6 +1063,7 @@ struct api *api_new(const struct api_params *p) {
     a->phase = API_STARTING;
     TAILQ_INIT(&a->calls);
     register_metrics(a);
+    api_outcomes_init(a);
     return a;
 }
 
@@ -1073,14 +1085,14 @@ void api_free(struct api *a) {
         if (c->rcall)
             remote_call_cancel(c->rcall);
         pipeline_run_cancel(c->run);
+        if (c->store_wait)
+            store_cancel(a->p.store, c);
         if (!c->answered)
             http_req_reply(c->r, 503, NULL, NULL, 0);
         unlink_call(c);
-        json_decref(c->request);
-        mem_free(c->body);
-        mem_free(c->response_copy);
-        mem_free(c);
+        free_call(c);
     }
+    api_outcomes_free(a);
     mem_free(a->cache_published);
     mem_free(a);
 }

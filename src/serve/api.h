@@ -35,6 +35,7 @@
 #include "serve/prom.h"
 #include "serve/remote.h"
 #include "serve/sched.h"
+#include "serve/store.h"
 #include "serve/upstream.h"
 
 /* A model as the api routes it. */
@@ -69,6 +70,7 @@ struct api_params {
     struct event_base *base;       /* the daemon's loop (POST /mcp's progress timers,
                                     * a pipeline stage's cache hit) */
     struct dcache *cache;          /* the decision cache (serve/dcache); NULL = none */
+    struct store *store;           /* the request store (serve/store); NULL = off */
 };
 
 struct api; /* opaque */

@@ -38,10 +38,16 @@ enum api_route_id {
     API_ROUTE_SYSTEMONE, API_ROUTE_CHAT, API_ROUTE_COMPLETIONS, API_ROUTE_EMBEDDINGS,
     API_ROUTE_PIPELINE, API_ROUTE_MODELS, API_ROUTE_HEALTH, API_ROUTE_LIVEZ, API_ROUTE_STATUS,
     API_ROUTE_METRICS, API_ROUTE_ADMIN, API_ROUTE_PIPELINES, API_ROUTE_OPENAPI,
-    API_ROUTE_EVENTS, API_ROUTE_UI, API_ROUTE_MCP, API_ROUTE_OTHER
+    API_ROUTE_EVENTS, API_ROUTE_UI, API_ROUTE_MCP, API_ROUTE_FEEDBACK, API_ROUTE_QUALITY,
+    API_ROUTE_OTHER
 };
 
 extern const char *const api_route_names[];
+
+/* The request store's counters on /metrics (api_outcomes.c): records, errors, dropped,
+ * expired; and the quality series by model and question: labelled, accuracy, nll, ece. */
+#define API_STORE_COUNTERS 4
+#define API_QUALITY_SERIES 4
 
 /* The node gauges (docs/scale-out.md): one unlabeled series each, and their
  * vLLM-named twins with metrics.compat: vllm. */
@@ -67,6 +73,12 @@ struct api {
     int64_t audit_logged_at;       /* the last stderr line about a failing audit log */
     bool audit_said_failing;       /* that line was printed; no "recovered" since */
     bool closing;                  /* api_free is ending every call */
+    struct prom_metric *m_store[API_STORE_COUNTERS], *m_store_queue, *m_store_failed;
+    struct prom_metric *m_feedback, *m_quality[API_QUALITY_SERIES];
+    struct prom_metric *m_pipeline_count, *m_pipeline_precision;
+    struct store_stats store_published; /* the store's counts last on /metrics */
+    struct event *quality_ev;      /* refreshes the quality series */
+    bool quality_dirty, quality_asked; /* labels came since; a report is on its way */
 };
 
 struct api_call {
@@ -105,6 +117,9 @@ struct api_call {
     struct dcache_ticket *ticket; /* its part in a decision-cache flight, or NULL */
     struct event *relook_ev; /* looks up again on the loop's next turn: the identical
                               * request it waited for went away without an answer */
+    char *answer_copy;   /* a decision's 200 answer, for the request store (api_outcomes.c) */
+    size_t answer_len;
+    bool store_wait;     /* waits for the store's reply (feedback, quality) */
     const char *cache;   /* what the decision cache did: "hit", "miss", "coalesced",
                           * "bypass", "partial" (a pipeline), or NULL (not cached) */
     TAILQ_ENTRY(api_call) link; /* on api->calls */
@@ -192,6 +207,28 @@ void api_proxy_passthrough(struct api_call *c);
 
 /* POST /v1/pipelines/{name}. Ends the call. */
 void api_proxy_pipeline(struct api_call *c);
+
+/* --- api_outcomes.c: the request store's records and routes ---------------------------- */
+
+/* Keeps a copy of text[len], c's 200 answer, for the store (when there is one). */
+void api_keep_answer(struct api_call *c, const char *text, size_t len);
+
+/* Hands c's answer kept by api_keep_answer to the store when status is 200. */
+void api_store_answer(struct api_call *c, int status);
+
+/* POST /v1/feedback and GET /v1/quality: answered when the store replies. Ends the call. */
+void api_feedback(struct api_call *c);
+void api_quality(struct api_call *c);
+
+/* The store's part of /v1/status ({"state": "off"} without one). */
+json_t *api_store_status(struct api *a);
+
+/* Publishes the store's counters on /metrics (before a render). */
+void api_store_metrics(struct api *a);
+
+/* Registers the store's and the quality series and starts their refresh; frees them. */
+void api_outcomes_init(struct api *a);
+void api_outcomes_free(struct api *a);
 
 /* --- api_local.c: the routes answered here ----------------------------------------------- */
 

@@ -266,6 +266,7 @@ static void handle_metrics(struct api_call *c) {
     update_gpu_gauges(c->api);
     update_load_gauges(c->api);
     update_cache_metrics(c->api);
+    api_store_metrics(c->api);
     struct mem_buf b;
     mem_buf_init(&b, 64u << 20);
     if (!c->api->p.metrics || prom_render(c->api->p.metrics, &b) != TANDEM_OK) {
@@ -472,6 +473,7 @@ void api_local_handle(struct api_call *c) {
         json_object_set_new(j, "calls_in_flight", json_integer(a->in_flight - 1));
         json_object_set_new(j, "audit", audit_json(a));
         add_cache_status(a, j);
+        json_object_set_new(j, "store", api_store_status(a));
         json_object_set_new(j, "events", a->p.events ? json_pack("{sisIsi}", "subscribers",
                                                                  events_subscribers(a->p.events),
                                                                  "dropped", (json_int_t)
@@ -486,6 +488,8 @@ void api_local_handle(struct api_call *c) {
     case API_ROUTE_EVENTS: handle_events(c); return;
     case API_ROUTE_UI: handle_ui(c); return;
     case API_ROUTE_MCP: handle_mcp(c); return;
+    case API_ROUTE_FEEDBACK: api_feedback(c); return;
+    case API_ROUTE_QUALITY: api_quality(c); return;
     case API_ROUTE_OPENAPI:
         api_call_add_headers(c);
         http_req_reply(c->r, 200, "application/yaml", api_openapi_yaml.data,

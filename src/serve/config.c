@@ -201,12 +201,22 @@ static tandem_err finish_logs(struct config *c) {
     }
     if (c->audit_path && !strcmp(c->audit_path, "off")) {
         mem_free(c->audit_path);
+    mem_free(c->store_path);
         c->audit_path = NULL;
     } else if (!c->audit_path) {
         size_t n = strlen(c->log_dir) + sizeof "/audit.jsonl";
         if (!(c->audit_path = mem_alloc(n)))
             return TANDEM_ERR_NOMEM;
         snprintf(c->audit_path, n, "%s/audit.jsonl", c->log_dir);
+    }
+    if (c->store_path && !strcmp(c->store_path, "off")) {
+        mem_free(c->store_path);
+        c->store_path = NULL;
+    } else if (!c->store_path) {
+        size_t n = strlen(c->log_dir) + sizeof "/store.db";
+        if (!(c->store_path = mem_alloc(n)))
+            return TANDEM_ERR_NOMEM;
+        snprintf(c->store_path, n, "%s/store.db", c->log_dir);
     }
     return TANDEM_OK;
 }

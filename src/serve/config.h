@@ -200,6 +200,13 @@ struct config {
     bool log_bodies;               /* logs.bodies: default false */
     uint64_t cache_max_bytes;      /* cache.max_bytes: the decision cache's cap, counted
                                     * as host RAM by the planner; 0 = off; default 64 MiB */
+    char *store_path;              /* store.path: the request store (SQLite); default
+                                    * <log_dir>/store.db; "off" disables (NULL) */
+    bool store_bodies;             /* store.bodies: keep each request's JSON; default false */
+    int64_t store_retention_ms;    /* store.retention: requests older are deleted; 30d */
+    uint64_t store_max_bytes;      /* store.max_bytes: the oldest go past it; 1GiB */
+    int64_t store_window_ms;       /* store.quality_window: the window of the quality
+                                    * series on /metrics; default 7d */
     uint64_t audit_max_bytes;      /* logs.audit_max: rotate past this; default 64 MiB */
     uint32_t audit_keep;           /* logs.audit_keep: rotated files kept; default 5 */
     bool audit_fail;               /* logs.audit_on_error: fail (true) refuses requests

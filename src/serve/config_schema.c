@@ -56,6 +56,17 @@ static bool k_audit(struct config_walk *w, struct fy_node *v, const char *p, voi
     return config_walk_path(w, v, p, &CFG(t)->audit_path);
 }
 
+static bool k_store_path(struct config_walk *w, struct fy_node *v, const char *p, void *t) {
+    size_t len = 0;
+    const char *s = fy_node_is_scalar(v) ? fy_node_get_scalar(v, &len) : NULL;
+    if (s && len == 3 && !memcmp(s, "off", 3)) {
+        mem_free(CFG(t)->store_path);
+        CFG(t)->store_path = mem_strdup("off");
+        return CFG(t)->store_path != NULL;
+    }
+    return config_walk_path(w, v, p, &CFG(t)->store_path);
+}
+
 static bool k_node_id(struct config_walk *w, struct fy_node *v, const char *p, void *t) {
     char s[sizeof CFG(t)->node_id];
     if (!config_walk_scalar(w, v, p, s, sizeof s))
@@ -113,6 +124,13 @@ static const struct config_field METRICS[] = {
     {0}};
 static const struct config_field CACHE[] = {
     {"max_bytes", CONFIG_SIZE(struct config, cache_max_bytes), .def = "64MiB"}, {0}};
+static const struct config_field STORE[] = {
+    {"path", CONFIG_CUSTOM(k_store_path)},
+    {"bodies", CONFIG_BOOL(struct config, store_bodies)},
+    {"retention", CONFIG_DURATION(struct config, store_retention_ms), .min = 1000, .def = "30d"},
+    {"max_bytes", CONFIG_SIZE(struct config, store_max_bytes), .def = "1GiB"},
+    {"quality_window", CONFIG_DURATION(struct config, store_window_ms), .min = 1000, .def = "7d"},
+    {0}};
 static const struct config_field LOGS[] = {
     {"dir", CONFIG_PATH(struct config, log_dir)},
     {"audit", CONFIG_CUSTOM(k_audit)},
@@ -844,6 +862,7 @@ static const struct config_field ROOT[] = {
     {"allowed_hosts", CONFIG_CUSTOM(k_allowed_hosts)},
     {"allowed_origins", CONFIG_CUSTOM(k_allowed_origins)},
     {"cache", CONFIG_SECTION(CACHE)},
+    {"store", CONFIG_SECTION(STORE)},
     {0}};
 
 bool config_schema_defaults(struct config_walk *w, struct config *c) {
@@ -856,7 +875,7 @@ bool config_schema_walk(struct config_walk *w, struct fy_node *root, struct conf
 
 const struct config_field *const *config_schema_tables(void) {
     static const struct config_field *const tables[] = {
-        ROOT, BUDGET, ENGINE, DEFAULTS, LIMITS, SCHEDULING, SHUTDOWN, NODE, METRICS, LOGS, MCP, CACHE,
+        ROOT, BUDGET, ENGINE, DEFAULTS, LIMITS, SCHEDULING, SHUTDOWN, NODE, METRICS, LOGS, MCP, CACHE, STORE,
         MODEL_FIELDS, QUESTION_FIELDS, QUESTION_TYPE, DECIDE_FIELDS, VERIFY_FIELDS,
         VERDICT_FIELDS, ESCALATE_FIELDS, PIPELINE_FIELDS, NULL};
     return tables;

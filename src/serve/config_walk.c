@@ -142,22 +142,16 @@ static bool parse_size(struct config_walk *w, struct fy_node *n, const char *pat
     return true;
 }
 
-/* "250ms", "30s", "5m", "1h" or an integer (ms); "forever" when allowed. */
+/* "250ms", "30s", "5m", "1h", "7d" or an integer (ms); "forever" when allowed. */
 static bool parse_duration(struct config_walk *w, struct fy_node *n, const char *path,
                            const struct config_field *f, const char *v, void *at) {
-    char *end;
     int64_t *out = at;
     if (f->forever && !strcmp(v, "forever"))
         return *out = CONFIG_KEEP_ALIVE_FOREVER, true;
-    errno = 0;
-    double x = strtod(v, &end);
-    double scale = !*end ? 1 : !strcmp(end, "ms") ? 1 : !strcmp(end, "s") ? 1e3
-                 : !strcmp(end, "m") ? 6e4 : !strcmp(end, "h") ? 3.6e6 : -1;
-    if (end == v || errno || scale < 0 || x < 0 || x * scale > 1e12)
+    if (units_parse_ms(v, out) != TANDEM_OK)
         return config_walk_fail(w, TANDEM_ERR_FORMAT, n, path,
                                 "expected a duration like 30s, 5m%s, got \"%s\"",
                                 f->forever ? " or forever" : "", v);
-    *out = (int64_t)(x * scale + 0.5);
     if (*out < f->min)
         return config_walk_fail(w, TANDEM_ERR_FORMAT, n, path, "must be at least %lldms",
                                 (long long)f->min);

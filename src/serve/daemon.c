@@ -71,6 +71,7 @@
 #include "serve/remote.h"
 #include "serve/s1.h"
 #include "serve/sched.h"
+#include "serve/store.h"
 #include "base/mem.h"
 #include "base/units.h"
 #include "version.h"
@@ -105,6 +106,7 @@ struct daemon {
     struct prom *metrics;
     struct nvml *nvml; /* NULL without an NVIDIA driver */
     struct audit *audit;
+    struct store *store;           /* the request store; NULL with store.path: off */
     struct sched *sched;
     struct dcache *cache;  /* the decision cache, by scheduler index */
     struct events *events; /* GET /v1/events */
@@ -394,7 +396,7 @@ static struct api_params api_params(struct daemon *sv) {
                                .metrics = sv->metrics, .audit = sv->audit,
                                .nvml = sv->nvml, .pipelines = sv->pipelines,
                                .events = sv->events, .base = sv->base,
-                               .cache = sv->cache};
+                               .cache = sv->cache, .store = sv->store};
 }
 
 /* The server's head hook: the api's check, before a body is read. */
@@ -643,6 +645,14 @@ static int open_outputs(struct daemon *sv) {
         fprintf(stderr, "tandem serve: %s\n", err);
         return 1;
     }
+    struct store_params stp = {.path = sv->cfg->store_path, .node = sv->cfg->node_id,
+                               .bodies = sv->cfg->store_bodies,
+                               .retention_ms = sv->cfg->store_retention_ms,
+                               .max_bytes = sv->cfg->store_max_bytes, .base = sv->base};
+    if (sv->cfg->store_path && store_new(&stp, &sv->store, err, sizeof err) != TANDEM_OK) {
+        fprintf(stderr, "tandem serve: %s\n", err);
+        return 1;
+    }
     struct sched_params sp = {.engine = sv->engine, .log_dir = log_dir,
                               .n_gpus = sv->place_budget.n_gpus,
                               .host_budget = sv->place_budget.host_bytes,
@@ -752,6 +762,7 @@ void daemon_free(struct daemon *sv) {
     events_free(sv->events); /* ends the streams while their server is up */
     http_server_free(sv->server);
     api_free(sv->api);
+    store_free(sv->store); /* writes what its queue holds */
     dcache_free(sv->cache);
     remote_free(sv->remote);
     sched_free(sv->sched);

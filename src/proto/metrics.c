@@ -5,7 +5,7 @@
  * numpy (tests/e2e/test_metrics.py). Sums run in index order in double
  * precision (numpy sums pairwise; the two agree far inside the 1e-9 the test
  * demands). docs/eval.md states each formula. */
-#include "eval/metrics.h"
+#include "proto/metrics.h"
 
 #include <math.h>
 #include <stdlib.h>
