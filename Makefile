@@ -133,7 +133,8 @@ $(eval $(call flavour,$(BUILD)/fuzz,$(FUZZ_FLAGS),clang))
 # reader), config (tandem.yaml), s1 (the System One request checks), tmpl (the
 # template language), http (raw requests through the router, no socket), head
 # (the server's request-head parser, serve/http_head.c), mcp (MCP messages,
-# tool results and the catalog, serve/mcp.c).
+# tool results and the catalog, serve/mcp.c), feedback (POST /v1/feedback bodies
+# through the request store's checks, serve/store_feedback.c).
 # `make fuzz` runs each of FUZZ_TARGETS for FUZZ_SECONDS on its working corpus
 # build/fuzz/corpus/<name>/, starting from the checked-in corpus
 # tests/fuzz/corpus/<name>/ and the seeds tests/fuzz/make_seeds.py writes;
@@ -142,7 +143,7 @@ $(eval $(call flavour,$(BUILD)/fuzz,$(FUZZ_FLAGS),clang))
 # `make test` (fuzz-replay) and `make asan` replay without clang: the target
 # linked with the plain main() of tests/fuzz/replay.c.
 FUZZ_SECONDS ?= 60
-FUZZ_NAMES   := gguf config s1 tmpl http head mcp
+FUZZ_NAMES   := gguf config s1 tmpl http head mcp feedback
 FUZZ_TARGETS ?= $(FUZZ_NAMES)
 FUZZ_LIB_OBJ = $(filter-out $(BUILD)/fuzz/obj/cli/%,$(SRC:src/%.c=$(BUILD)/fuzz/obj/%.o))
 # Longest input per target: a GGUF header with its first tensors; a request

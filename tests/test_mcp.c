@@ -602,7 +602,7 @@ Test(mcp, the_current_revision_stamps_results_and_has_no_ping) {
     json_t *a = answer(m, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\",\"params\":{"
                           ENVELOPE("2026-07-28") "}}");
     const json_t *r = result(a);
-    cr_assert_eq(json_array_size(get(r, "tools")), 3);
+    cr_assert_eq(json_array_size(get(r, "tools")), 4);
     cr_assert_not_null(get(json_array_get(get(r, "tools"), 0), "outputSchema"));
     cr_assert_str_eq(json_string_value(get(r, "cacheScope")), "private");
     cr_assert_eq(json_integer_value(get(r, "ttlMs")), 0);
@@ -728,7 +728,7 @@ Test(mcp, a_new_session_lists_only_status) {
     struct mcp *m = mcp_new();
     json_t *msg;
     const json_t *tools = tools_list(m, &msg);
-    assert_tool_names(tools, "[\"status\"]");
+    assert_tool_names(tools, "[\"status\",\"feedback\"]");
     cr_assert_eq(json_integer_value(get(msg, "id")), 3);
     json_decref(msg);
     mcp_free(m);
@@ -738,7 +738,7 @@ Test(mcp, the_catalog_gives_a_tool_per_pipeline_systemone_and_status) {
     struct mcp *m = catalog_at("2025-11-25");
     json_t *msg;
     const json_t *tools = tools_list(m, &msg);
-    assert_tool_names(tools, "[\"decide_decide\",\"systemone\",\"status\"]");
+    assert_tool_names(tools, "[\"decide_decide\",\"systemone\",\"status\",\"feedback\"]");
 
     const json_t *d = tool_named(tools, "decide_decide");
     cr_assert_str_eq(json_string_value(get(d, "description")), "Pick a fix");
@@ -757,11 +757,18 @@ Test(mcp, the_catalog_gives_a_tool_per_pipeline_systemone_and_status) {
     const json_t *st = tool_named(tools, "status");
     assert_json_eq(get(get(st, "inputSchema"), "properties"), "{}");
 
+    const json_t *fb = tool_named(tools, "feedback");
+    assert_json_eq(get(get(fb, "inputSchema"), "required"), "[\"request_id\"]");
+
     size_t i;
     const json_t *t;
     json_array_foreach(tools, i, t) {
         const json_t *an = get(t, "annotations");
-        cr_assert(json_is_true(get(an, "readOnlyHint")), "%s", json_string_value(get(t, "name")));
+        bool writes = t == fb; /* feedback keeps labels: not read-only, still idempotent */
+        cr_assert(json_is_boolean(get(an, "readOnlyHint")) &&
+                      json_is_true(get(an, "readOnlyHint")) == !writes,
+                  "%s", json_string_value(get(t, "name")));
+        cr_assert(json_is_true(get(an, "idempotentHint")), "%s", json_string_value(get(t, "name")));
         cr_assert(json_is_false(get(an, "destructiveHint")), "%s", json_string_value(get(t, "name")));
         cr_assert(json_is_string(get(t, "title")));
         cr_assert(json_is_object(get(t, "outputSchema")));
@@ -777,7 +784,7 @@ Test(mcp, a_pipeline_without_description_gets_one_naming_its_decider) {
     cr_assert(mcp_set_catalog(m, p, NULL));
     json_t *msg;
     const json_t *tools = tools_list(m, &msg);
-    assert_tool_names(tools, "[\"decide_triage\",\"status\"]"); /* no name or decider: skipped */
+    assert_tool_names(tools, "[\"decide_triage\",\"status\",\"feedback\"]"); /* no name or decider: skipped */
     const char *desc = json_string_value(get(tool_named(tools, "decide_triage"), "description"));
     cr_assert(strstr(desc, "\"triage\"") && strstr(desc, "kev"), "%s", desc);
     json_decref(msg);
@@ -801,7 +808,7 @@ Test(mcp, set_catalog_says_whether_the_tools_changed) {
     cr_assert_not(mcp_set_catalog(m, NULL, NULL));
     json_t *msg;
     const json_t *tools = tools_list(m, &msg);
-    assert_tool_names(tools, "[\"status\"]");
+    assert_tool_names(tools, "[\"status\",\"feedback\"]");
     json_decref(msg);
     json_decref(p);
     json_decref(mo);
@@ -829,7 +836,7 @@ Test(mcp, tools_list_before_2025_06_18_has_no_output_schema) {
     struct mcp *m = catalog_at("2025-03-26");
     json_t *msg;
     const json_t *tools = tools_list(m, &msg);
-    assert_tool_names(tools, "[\"decide_decide\",\"systemone\",\"status\"]");
+    assert_tool_names(tools, "[\"decide_decide\",\"systemone\",\"status\",\"feedback\"]");
     size_t i;
     const json_t *t;
     json_array_foreach(tools, i, t) {

@@ -1,7 +1,8 @@
 // tandem's dashboard (GET /ui): plain JavaScript, nothing fetched from outside this daemon.
 // Sources: GET /v1/status (the truth, refetched after every event that changes a model),
 // GET /v1/events (read with fetch() so that the API key can be sent; polling /v1/status
-// every 2 s when the stream is refused), /v1/models and /v1/pipelines for the tester.
+// every 2 s when the stream is refused), /v1/models and /v1/pipelines for the tester,
+// GET /v1/quality every 15 s for the quality panel.
 'use strict';
 
 const WINDOW_MS = 10 * 60 * 1000;
@@ -26,6 +27,7 @@ const S = {
   synced: false,      // lanes may be filled from /v1/status (after the event replay)
   testerItems: [],
   timelineAt: 0, verdictsDirty: false,
+  quality: null, qualityError: '', qualityPick: 0,
 };
 
 // ---- small helpers ---------------------------------------------------------------------------
@@ -663,18 +665,102 @@ async function onTesterSend() {
   }
 }
 
+// ---- decision quality (GET /v1/quality) -------------------------------------------------------
+async function refreshQuality() {
+  if (S.needKey) return;
+  try {
+    S.quality = await getJSON('/v1/quality?since=' + encodeURIComponent($('#quality-window').value));
+    S.qualityError = '';
+  } catch (e) {
+    if (e instanceof AuthError) return;
+    S.quality = null;
+    S.qualityError = e.message || String(e);
+  }
+  renderQuality();
+}
+
+const num = (x) => (x === null || x === undefined ? '–' : p3(x));
+
+// The reliability diagram: per confidence bin, the accuracy (bar) against the diagonal.
+function reliabilitySvg(bins) {
+  const W = 260, H = 180, P = 24, w = (W - P) / bins.length;
+  const y = (v) => H - P - v * (H - 2 * P);
+  const svg = sv('svg', { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', id: 'quality-reliability',
+                          'aria-label': 'reliability diagram: accuracy per confidence bin' });
+  svg.append(sv('line', { x1: P, y1: y(0), x2: W, y2: y(1), stroke: '#bbb', 'stroke-dasharray': '3 3' }));
+  bins.forEach((b, i) => {
+    if (!b.count) return;
+    const x = P + i * w, top = y(b.accuracy);
+    svg.append(sv('rect', { x: x + 1, y: top, width: w - 2, height: y(0) - top, fill: 'var(--accent)', 'data-bin': i },
+      sv('title', { text: `confidence ${p3(b.lo)}–${p3(b.hi)}: ${b.count} answers, accuracy ${p3(b.accuracy)}, mean confidence ${p3(b.confidence)}` })));
+  });
+  svg.append(sv('text', { class: 'axis', x: P, y: H - 6 }, 'confidence 0'),
+             sv('text', { class: 'axis', x: W, y: H - 6, 'text-anchor': 'end' }, '1'),
+             sv('text', { class: 'axis', x: 2, y: y(1) + 4 }, '1'));
+  return svg;
+}
+
+// Accuracy over the window: one point per span that holds labelled answers.
+function overTimeSvg(points) {
+  const W = 360, H = 180, P = 24, pts = points.map((p, i) => ({ ...p, i })).filter((p) => p.count);
+  const x = (i) => P + (i / Math.max(1, points.length - 1)) * (W - 2 * P), y = (v) => H - P - v * (H - 2 * P);
+  const svg = sv('svg', { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', id: 'quality-over-time',
+                          'aria-label': 'accuracy over the window' });
+  svg.append(sv('line', { x1: P, y1: y(0), x2: W - P, y2: y(0), stroke: '#dde2e8' }),
+             sv('line', { x1: P, y1: y(1), x2: W - P, y2: y(1), stroke: '#dde2e8' }));
+  if (pts.length > 1)
+    svg.append(sv('polyline', { points: pts.map((p) => `${x(p.i)},${y(p.accuracy)}`).join(' '), fill: 'none', stroke: 'var(--accent)' }));
+  for (const p of pts)
+    svg.append(sv('circle', { cx: x(p.i), cy: y(p.accuracy), r: 3, fill: 'var(--accent)', 'data-count': p.count },
+      sv('title', { text: `from ${new Date(p.from_ms).toLocaleString()}: ${p.count} labelled, accuracy ${p3(p.accuracy)}` })));
+  svg.append(sv('text', { class: 'axis', x: P, y: H - 6 }, 'window start'),
+             sv('text', { class: 'axis', x: W - P, y: H - 6, 'text-anchor': 'end' }, 'now'));
+  return svg;
+}
+
+function renderQuality() {
+  const box = $('#quality'), q = S.quality;
+  if (!q) { box.replaceChildren(el('p', { class: 'muted', text: S.qualityError || 'no quality report yet' })); return; }
+  const groups = [...q.models.map((g) => ({ ...g, name: `${g.model} · ${g.question}`, kind: g.type })),
+                  ...q.pipelines.map((p) => ({ ...p.decide, name: `pipelines/${p.pipeline} · decide`, kind: 'pipeline', pl: p }))];
+  if (!groups.length) {
+    box.replaceChildren(el('p', { class: 'muted', text: 'no labelled request in this window: send outcomes to POST /v1/feedback' }));
+    return;
+  }
+  S.qualityPick = Math.min(S.qualityPick, groups.length - 1);
+  const rows = groups.map((g, i) => el('tr', { 'data-group': g.name, class: i === S.qualityPick ? 'picked' : null },
+    el('td', { text: g.name }), el('td', { text: g.kind }), el('td', { class: 'num', text: String(g.count) }),
+    el('td', { class: 'num', 'data-metric': 'accuracy', text: num(g.accuracy) }),
+    el('td', { class: 'num', 'data-metric': 'nll', text: num(g.nll) }),
+    el('td', { class: 'num', 'data-metric': 'ece', text: num(g.ece) }),
+    el('td', { text: g.pl ? `precision ${num(g.pl.precision)} (${g.pl.accepted_right}/${g.pl.accepted}), ` +
+                            `${g.pl.rejected_would_be_right} of ${g.pl.rejected} rejected would have been right, ` +
+                            `${g.pl.escalated} escalated` : '' })));
+  rows.forEach((r, i) => r.addEventListener('click', () => { S.qualityPick = i; renderQuality(); }));
+  const table = el('table', { id: 'quality-table' },
+    el('thead', {}, el('tr', {}, ['group', 'type', 'labelled', 'accuracy', 'NLL', 'ECE', 'verdicts'].map((h) => el('th', { text: h })))),
+    el('tbody', {}, rows));
+  const pick = groups[S.qualityPick];
+  box.replaceChildren(table, el('div', { class: 'quality-charts' },
+    el('figure', {}, reliabilitySvg(pick.reliability), el('figcaption', { text: `reliability: ${pick.name}` })),
+    el('figure', {}, overTimeSvg(pick.over_time), el('figcaption', { text: `accuracy over time: ${pick.name}` }))));
+}
+
 // ---- start -----------------------------------------------------------------------------------
 async function start() {
   setMode('connecting');
   await refreshStatus();
   if (S.needKey) return;
   loadTesterItems().catch((e) => { if (!(e instanceof AuthError)) console.warn('tandem: tester', e); });
+  refreshQuality();
+  setInterval(refreshQuality, 15000);
   eventsLoop();
 }
 function init() {
   $('#key-form').addEventListener('submit', onKeySubmit);
   $('#tester-model').addEventListener('change', onTesterSelect);
   $('#tester-send').addEventListener('click', onTesterSend);
+  $('#quality-window').addEventListener('change', refreshQuality);
   setInterval(() => {                        // once a second: the timeline, countdowns, ages
     renderTimeline();
     if (S.status) { renderModels(); renderQueue(); }

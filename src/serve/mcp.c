@@ -108,16 +108,21 @@ static json_t *timeout_schema(void) {
                      "description", "Deadline for the whole call in milliseconds (default: the daemon's request_timeout).");
 }
 
-static json_t *annotations(const char *title) {
-    return json_pack("{sssbsbsbsb}", "title", title, "readOnlyHint", 1, "destructiveHint", 0,
-                     "idempotentHint", 1, "openWorldHint", 0);
+static json_t *annotations(const char *title, bool read_only) {
+    return json_pack("{sssbsbsbsb}", "title", title, "readOnlyHint", read_only, "destructiveHint",
+                     0, "idempotentHint", 1, "openWorldHint", 0);
+}
+
+static json_t *tool_of(const char *name, const char *title, const char *description,
+                       json_t *input, json_t *output, bool read_only) {
+    return json_pack("{sssssssososo}", "name", name, "title", title, "description", description,
+                     "inputSchema", input, "outputSchema", output, "annotations",
+                     annotations(title, read_only));
 }
 
 static json_t *tool(const char *name, const char *title, const char *description, json_t *input,
                     json_t *output) {
-    return json_pack("{sssssssososo}", "name", name, "title", title, "description", description,
-                     "inputSchema", input, "outputSchema", output, "annotations",
-                     annotations(title));
+    return tool_of(name, title, description, input, output, true);
 }
 
 static json_t *nullable(const char *type) { return json_pack("{s[ss]}", "type", type, "null"); }
@@ -216,6 +221,31 @@ static json_t *status_tool(void) {
                 input, output);
 }
 
+static json_t *feedback_tool(void) {
+    json_t *input = json_pack(
+        "{sss{s{ssss}s{ssss}s{s[ss]ss}s{ssss}so}s[s]sb}", "type", "object", "properties",
+        "request_id", "type", "string", "description",
+        "The request_id of the answer (a pipeline's or systemone's result).", "gold", "type",
+        "object", "description",
+        "A systemone request: question -> the right answer (an option, true/false, a level, or "
+        "{\"answer\": A, \"target\": {option: p}}).",
+        "outcome", "type", "string", "null", "description",
+        "A pipeline request: the candidate that was right, or null when none was.", "replace",
+        "type", "boolean", "description", "Change a label given before.", "timeout_ms",
+        timeout_schema(), "required", "request_id", "additionalProperties", 0);
+    json_t *list = json_pack("{sss{ss}}", "type", "array", "items", "type", "string");
+    json_t *output = json_pack("{sss{s{ss}sOsOso}s[ssss]}", "type", "object", "properties",
+                               "request_id", "type", "string", "labelled", list, "unchanged",
+                               list, "replaced", list, "required", "request_id", "labelled",
+                               "unchanged", "replaced");
+    return tool_of("feedback", "Report how a decision went",
+                   "Tells tandem the outcome of an earlier decision: the right answers of a "
+                   "systemone request's questions (gold), or the candidate that was right for a "
+                   "pipeline (outcome, null when none). tandem scores its live accuracy and "
+                   "calibration on these labels (GET /v1/quality).",
+                   input, output, false);
+}
+
 /* The decision models' names in GET /v1/models' body. */
 static json_t *decision_models(const json_t *models) {
     json_t *names = json_array();
@@ -244,6 +274,7 @@ bool mcp_set_catalog(struct mcp *m, const json_t *pipelines, const json_t *model
         json_array_append_new(tools, systemone_tool(names));
     json_decref(names);
     json_array_append_new(tools, status_tool());
+    json_array_append_new(tools, feedback_tool());
     char *text = json_dumps(tools, JSON_COMPACT);
     if (!text) {
         json_decref(tools);
@@ -278,7 +309,7 @@ static const json_t *find_tool(const struct mcp *m, const char *name) {
 #define INSTRUCTIONS                                                                              \
     "tandem runs local decision models. decide_<pipeline> decides among candidates and "        \
     "verifies the choice; systemone asks one model typed questions; status shows what is "      \
-    "loaded."
+    "loaded; feedback reports how an earlier decision went."
 
 /* s as a JSON string: bytes that are not UTF-8 (a name cut at a buffer's
  * end, a body quoted as is) become U+FFFD, so that the message always exists. */
@@ -461,9 +492,11 @@ static bool build_call(struct mcp_call *c, const json_t *args, char *err, size_t
     static const char *const pipeline_keys[] = {"state", "candidates", "instructions",
                                                 "max_attempts", "min_confidence", NULL};
     static const char *const s1_keys[] = {"model", "state", "questions", NULL};
+    static const char *const feedback_keys[] = {"request_id", "gold", "outcome", "replace", NULL};
     static const char *const no_keys[] = {NULL};
     const char *const *keys = c->kind == MCP_TOOL_PIPELINE    ? pipeline_keys
                               : c->kind == MCP_TOOL_SYSTEMONE ? s1_keys
+                              : c->kind == MCP_TOOL_FEEDBACK  ? feedback_keys
                                                               : no_keys;
     const json_t *t = json_object_get(args, "timeout_ms");
     if (t && (!json_is_integer(t) || json_integer_value(t) < 1)) {
@@ -482,7 +515,9 @@ static bool build_call(struct mcp_call *c, const json_t *args, char *err, size_t
     c->method = "POST";
     c->body = json_object();
     copy_members(c->body, args, keys);
-    if (c->kind == MCP_TOOL_SYSTEMONE) {
+    if (c->kind == MCP_TOOL_FEEDBACK) {
+        snprintf(c->path, sizeof c->path, "/v1/feedback");
+    } else if (c->kind == MCP_TOOL_SYSTEMONE) {
         snprintf(c->path, sizeof c->path, "/v1/systemone");
         if (json_is_string(json_object_get(args, "model")))
             json_array_append(c->models, json_object_get(args, "model"));
@@ -510,6 +545,7 @@ static void call_tool(struct mcp *m, const json_t *id, const json_t *params, str
     struct mcp_call *c = &out->call;
     c->kind = !strcmp(name, "status")      ? MCP_TOOL_STATUS
               : !strcmp(name, "systemone") ? MCP_TOOL_SYSTEMONE
+              : !strcmp(name, "feedback")  ? MCP_TOOL_FEEDBACK
                                            : MCP_TOOL_PIPELINE;
     snprintf(c->tool, sizeof c->tool, "%s", name);
     snprintf(c->version, sizeof c->version, "%s", m->version);
@@ -869,6 +905,8 @@ static void error_text(const struct mcp_call *call, int status, const json_t *bo
         add(buf, cap, &n, "not authorized (%d): %s; set TANDEM_API_KEY to a key of the daemon", status, msg);
     else if (status == 404)
         add(buf, cap, &n, "not found: %s", msg);
+    else if (status == 409)
+        add(buf, cap, &n, "a different label is already kept: %s", msg);
     else if (status == 429 || status == 529)
         add(buf, cap, &n, "the queue is full: %s", msg);
     else if (status == 503)
@@ -883,6 +921,22 @@ static void error_text(const struct mcp_call *call, int status, const json_t *bo
         add(buf, cap, &n, "; retry in %ld s", retry_after_s);
 }
 
+/* "req_1: labelled route; unchanged -; replaced -". */
+static void feedback_summary(const json_t *s, char *buf, size_t cap) {
+    static const char *const lists[] = {"labelled", "unchanged", "replaced"};
+    size_t n = 0;
+    add(buf, cap, &n, "%s:", json_string_value(json_object_get(s, "request_id")) ?: "?");
+    for (size_t k = 0; k < 3; k++) {
+        const json_t *list = json_object_get(s, lists[k]);
+        size_t i;
+        const json_t *q;
+        add(buf, cap, &n, "%s %s", k ? ";" : "", lists[k]);
+        json_array_foreach(list, i, q) add(buf, cap, &n, "%s%s", i ? ", " : " ", json_string_value(q));
+        if (!json_array_size(list))
+            add(buf, cap, &n, " -");
+    }
+}
+
 json_t *mcp_call_result(const struct mcp_call *call, int status, const char *body, size_t len,
                         long retry_after_s) {
     json_t *answer = body && status ? json_loadb(body, len, 0, NULL) : NULL;
@@ -894,6 +948,12 @@ json_t *mcp_call_result(const struct mcp_call *call, int status, const char *bod
     } else if (call->kind == MCP_TOOL_PIPELINE) {
         json_t *s = pipeline_structured(answer);
         pipeline_summary(s, text, sizeof text);
+        msg = tool_result(call, text, s, false);
+    } else if (call->kind == MCP_TOOL_FEEDBACK) {
+        static const char *const keys[] = {"request_id", "labelled", "unchanged", "replaced", NULL};
+        json_t *s = json_object();
+        copy_members(s, answer, keys);
+        feedback_summary(s, text, sizeof text);
         msg = tool_result(call, text, s, false);
     } else if (call->kind == MCP_TOOL_SYSTEMONE) {
         static const char *const keys[] = {"model", "answers", "usage", NULL};

@@ -43,7 +43,7 @@ enum {
     MCP_UNSUPPORTED_VERSION = -32022,
 };
 
-enum mcp_tool_kind { MCP_TOOL_PIPELINE, MCP_TOOL_SYSTEMONE, MCP_TOOL_STATUS };
+enum mcp_tool_kind { MCP_TOOL_PIPELINE, MCP_TOOL_SYSTEMONE, MCP_TOOL_STATUS, MCP_TOOL_FEEDBACK };
 
 /* A tool call to run: one request to tandem's HTTP API. */
 struct mcp_call {

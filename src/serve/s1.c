@@ -103,7 +103,7 @@ const char *s1_error_type(int status) {
     case 403: return "permission_error";
     case 404: return "not_found_error";
     case 405: return "method_not_allowed";
-    case 409: return "conflict_error";
+    case 409: return "conflict";
     case 413: return "request_too_large";
     case 429: return "queue_full";
     case 500: return "internal_error";

@@ -449,8 +449,8 @@ out:
  * the requests deleted, or -1 on a database error. */
 static int64_t expire_before(struct store *s, int64_t cutoff) {
     static const char *const sql[] = {
-        "INSERT OR REPLACE INTO expired(request_id, time_ms) SELECT request_id, time_ms"
-        " FROM requests WHERE time_ms < ?1",
+        ("INSERT OR REPLACE INTO expired(request_id, time_ms) SELECT request_id, time_ms"
+         " FROM requests WHERE time_ms < ?1"),
         "DELETE FROM questions WHERE request IN (SELECT id FROM requests WHERE time_ms < ?1)",
         "DELETE FROM labels WHERE request IN (SELECT id FROM requests WHERE time_ms < ?1)",
         "DELETE FROM requests WHERE time_ms < ?1",

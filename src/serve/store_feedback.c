@@ -32,6 +32,11 @@ json_t *store_feedback_parse(const char *text, size_t len, const char **param, c
                  je.column);
         goto fail;
     }
+    if (!json_is_object(fb)) {
+        snprintf(err, errlen, "body: must be a JSON object {\"request_id\", \"gold\" or "
+                              "\"outcome\"}");
+        goto fail;
+    }
     const char *key;
     json_t *v;
     json_object_foreach(fb, key, v) {

@@ -455,6 +455,34 @@ def head_seeds(out):
         (out / f"edge-{name}.http").write_bytes(raw)
 
 
+def feedback_seeds(out):
+    """POST /v1/feedback bodies against fuzz_feedback's stored requests: r1 (choice act
+    labelled "stop", score sev, noul urgent), the pipeline request p1, the expired id old."""
+    seeds = {
+        "gold-all": {"request_id": "r1", "gold": {"act": "stop", "sev": 2, "urgent": True}},
+        "gold-same": {"request_id": "r1", "gold": {"act": "stop"}},
+        "gold-conflict": {"request_id": "r1", "gold": {"act": "reduce"}},
+        "gold-replace": {"request_id": "r1", "gold": {"act": "reduce"}, "replace": True},
+        "gold-target": {"request_id": "r1", "gold": {"sev": {"target": {"1": 0.5, "2": 0.5},
+                                                            "answer": 2}}},
+        "gold-target-only": {"request_id": "r1", "gold": {"act": {"target": {"stop": 1}}}},
+        "gold-bad-option": {"request_id": "r1", "gold": {"act": "bogus"}},
+        "gold-bad-level": {"request_id": "r1", "gold": {"sev": 3}},
+        "gold-unknown-question": {"request_id": "r1", "gold": {"nope": True}},
+        "outcome": {"request_id": "p1", "outcome": "reduce"},
+        "outcome-none": {"request_id": "p1", "outcome": None},
+        "outcome-on-model": {"request_id": "r1", "outcome": "stop"},
+        "gold-on-pipeline": {"request_id": "p1", "gold": {"choice": "stop"}},
+        "expired": {"request_id": "old", "gold": {"act": "stop"}},
+        "unknown": {"request_id": "zz", "outcome": None},
+        "both": {"request_id": "r1", "gold": {"act": "stop"}, "outcome": "stop"},
+        "extra-field": {"request_id": "r1", "gold": {"act": "stop"}, "x": 1},
+    }
+    for name, body in seeds.items():
+        (out / f"{name}.json").write_text(json.dumps(body), encoding="utf-8")
+    (out / "not-json.json").write_text('{"request_id": "r1", "gold": {', encoding="utf-8")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
@@ -462,7 +490,8 @@ def main():
     args = ap.parse_args()
     root = Path(args.dir)
     writers = {"gguf": lambda d: gguf_seeds(d, args.max_len), "config": config_seeds,
-               "s1": s1_seeds, "tmpl": tmpl_seeds, "http": http_seeds, "head": head_seeds, "mcp": mcp_seeds}
+               "s1": s1_seeds, "tmpl": tmpl_seeds, "http": http_seeds, "head": head_seeds, "mcp": mcp_seeds,
+               "feedback": feedback_seeds}
     for target, write in writers.items():
         out = root / target
         if out.exists():
