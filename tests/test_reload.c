@@ -137,3 +137,25 @@ Test(reload, one_model_compares_field_by_field) {
     config_free(a);
     config_free(b);
 }
+
+/* Whether the store of BASE_ plus `extra` equals that of BASE_ plus `next`. */
+static bool store_same(const char *extra, const char *next) {
+    char a_text[2048], b_text[2048];
+    snprintf(a_text, sizeof a_text, "%s%s", BASE_, extra);
+    snprintf(b_text, sizeof b_text, "%s%s", BASE_, next);
+    struct config *a = load(a_text), *b = load(b_text);
+    bool same = reload_store_same(a, b);
+    config_free(a);
+    config_free(b);
+    return same;
+}
+
+Test(reload, a_changed_store_needs_a_restart_but_its_quality_window_does_not) {
+    cr_expect(store_same("", ""));
+    cr_expect(store_same("", "store: {quality_window: 1d}\n"));
+    cr_expect_not(store_same("", "store: {path: /tmp/other.db}\n"));
+    cr_expect_not(store_same("", "store: {path: \"off\"}\n"));
+    cr_expect_not(store_same("", "store: {bodies: true}\n"));
+    cr_expect_not(store_same("", "store: {retention: 7d}\n"));
+    cr_expect_not(store_same("", "store: {max_bytes: 10MiB}\n"));
+}

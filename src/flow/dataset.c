@@ -42,6 +42,23 @@ tandem_err dataset_store_path(const char *config_path, char *out, size_t cap, ch
     return e;
 }
 
+/* Whether path names a YAML file (a tandem.yaml) rather than a database. */
+static bool is_yaml(const char *path) {
+    size_t n = strlen(path);
+    return (n > 5 && !strcmp(path + n - 5, ".yaml")) || (n > 4 && !strcmp(path + n - 4, ".yml"));
+}
+
+/* The store a spec names: its @WHERE (a database file, or a tandem.yaml whose
+ * store.path it is), else config_path's, else the default. */
+static tandem_err store_location(const char *where, const char *config_path, char *out,
+                                 size_t cap, char *err, size_t errlen) {
+    if (*where && !is_yaml(where)) {
+        snprintf(out, cap, "%s", where);
+        return TANDEM_OK;
+    }
+    return dataset_store_path(*where ? where : config_path, out, cap, err, errlen);
+}
+
 /* Writes one case as a JSONL line (a store_case_fn). */
 static bool write_case(void *user, const json_t *c, char *err, size_t errlen) {
     FILE *f = user;
@@ -63,22 +80,25 @@ tandem_err dataset_export(const char *path, const struct store_export_opts *o, F
     return e;
 }
 
-/* Parses "SINCE[:MODEL]" (after the prefix) into *o; model is copied into
- * model[cap]. False with err set when SINCE is not a duration. */
+/* Parses "SINCE[:MODEL][@WHERE]" (after the prefix) into *o, model[cap] and
+ * where[wcap] ("" when absent). False with err set when SINCE is not a duration. */
 static bool parse_spec(const char *spec, struct store_export_opts *o, char *model, size_t cap,
-                       char *err, size_t errlen) {
+                       char *where, size_t wcap, char *err, size_t errlen) {
     char since[64];
-    size_t n = strcspn(spec, ":");
+    const char *at = strrchr(spec, '@');
+    snprintf(where, wcap, "%s", at ? at + 1 : "");
+    size_t end = at ? (size_t)(at - spec) : strlen(spec);
+    size_t n = strcspn(spec, ":@");
     snprintf(since, sizeof since, "%.*s", (int)(n < sizeof since - 1 ? n : sizeof since - 1), spec);
     *o = (struct store_export_opts){0};
     if (units_parse_ms(since, &o->since_ms) != TANDEM_OK || o->since_ms <= 0) {
         tandem_errmsg(err, errlen, "--data " DATASET_STORE_PREFIX "%s: expected "
-                      DATASET_STORE_PREFIX "SINCE[:MODEL], SINCE a duration like 24h or 7d",
-                      spec);
+                      DATASET_STORE_PREFIX "SINCE[:MODEL][@FILE], SINCE a duration like 24h "
+                      "or 7d", spec);
         return false;
     }
-    if (spec[n] == ':' && spec[n + 1]) {
-        snprintf(model, cap, "%s", spec + n + 1);
+    if (spec[n] == ':' && n + 1 < end) {
+        snprintf(model, cap, "%.*s", (int)(end - n - 1), spec + n + 1);
         o->model = model;
     }
     return true;
@@ -88,11 +108,11 @@ static bool parse_spec(const char *spec, struct store_export_opts *o, char *mode
 static tandem_err load_store(const char *spec, const char *config_path, struct evalset **out,
                              size_t *skipped, char *err, size_t errlen) {
     struct store_export_opts o;
-    char model[256], path[PATH_MAX], tmp[PATH_MAX];
+    char model[256], where[PATH_MAX], path[PATH_MAX], tmp[PATH_MAX];
     tandem_err e;
-    if (!parse_spec(spec, &o, model, sizeof model, err, errlen))
+    if (!parse_spec(spec, &o, model, sizeof model, where, sizeof where, err, errlen))
         return TANDEM_ERR_FORMAT;
-    if ((e = dataset_store_path(config_path, path, sizeof path, err, errlen)))
+    if ((e = store_location(where, config_path, path, sizeof path, err, errlen)))
         return e;
     const char *dir = getenv("TMPDIR");
     snprintf(tmp, sizeof tmp, "%s/tandem-store-XXXXXX", dir && *dir ? dir : "/tmp");

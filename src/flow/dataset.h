@@ -1,9 +1,10 @@
 /* dataset.h: what a measuring command's --data names: a JSONL file (an eval
  * set, or an audit log where the command takes one), or the traffic a daemon
- * stored, "store:SINCE[:MODEL]" (docs/eval.md, "Your own traffic").
+ * stored, "store:SINCE[:MODEL][@FILE]" (docs/eval.md, "Your own traffic").
  *
- * A store is found through the command's --config (its store.path), else at
- * the default place, <cache>/logs/store.db. Its requests of the last SINCE
+ * The store is FILE (a database, or a tandem.yaml: its store.path), else the
+ * command's --config's store.path, else the default place,
+ * <cache>/logs/store.db. Its requests of the last SINCE
  * (a duration: 30m, 24h, 7d), optionally only MODEL's, are written as an eval
  * set (serve/store's export: labels become gold answers) to a temporary file
  * and loaded leniently: a stored request that is not a valid case is skipped

@@ -590,6 +590,11 @@ static void on_hup(evutil_socket_t sig, short what, void *arg) {
                         "tandem to apply (nothing else was changed)\n");
         forget_changed_models(sv, next);
         config_free(next);
+    } else if (!reload_store_same(sv->cfg, next)) {
+        fprintf(stderr, "tandem serve: SIGHUP: store.path, store.bodies, store.retention or "
+                        "store.max_bytes changed; restart tandem to apply (nothing else was "
+                        "changed)\n");
+        config_free(next);
     } else if (!apply_config(sv, next)) {
         fprintf(stderr, "tandem serve: SIGHUP: keeping the running config\n");
         config_free(next);

@@ -44,6 +44,12 @@ bool reload_model_same(const struct config_model *x, const struct config_model *
            same_strings(x->aliases, y->aliases, x->n_aliases);
 }
 
+bool reload_store_same(const struct config *a, const struct config *b) {
+    return same_string(a->store_path, b->store_path) && a->store_bodies == b->store_bodies &&
+           a->store_retention_ms == b->store_retention_ms &&
+           a->store_max_bytes == b->store_max_bytes;
+}
+
 bool reload_models_same(const struct config *a, const struct config *b) {
     if (a->n_models != b->n_models || a->request_tokens != b->request_tokens ||
         a->clients != b->clients || a->cache_max_bytes != b->cache_max_bytes)

@@ -19,4 +19,9 @@ bool reload_model_same(const struct config_model *x, const struct config_model *
  * compiled anew against the models already planned. Both borrowed. */
 bool reload_models_same(const struct config *a, const struct config *b);
 
+/* Whether b keeps a's request store: the same store.path, store.bodies,
+ * store.retention and store.max_bytes, which the store's writer was started
+ * with (store.quality_window applies in place). Both borrowed. */
+bool reload_store_same(const struct config *a, const struct config *b);
+
 #endif

@@ -6,7 +6,7 @@ Checked: the page lists both models without a console error; the tester's
 probabilities are the API's own (to 3 decimals); a swap made from Python shows
 without a reload (states, a load bar on the timeline); nothing is fetched from
 anywhere but the daemon; the API key form and sessionStorage; the polling
-fallback when /v1/events is refused.
+fallback when /v1/events is refused; the quality panel shows /v1/quality's numbers.
 
 Chromium and chromedriver are Debian packages (`make deps`); a missing one is a
 failure, never a skip. TANDEM_UI_SCREENSHOTS=1 also writes docs/img/ui-dashboard.png
@@ -296,3 +296,30 @@ def test_every_dashboard_file_and_its_304_carry_the_request_id(serve_factory):
             s.url + "/v1/events", headers={"x-request-id": "ui-events"}), timeout=30) as r:
         assert r.headers["Content-Type"] == "text/event-stream"
         assert r.headers["x-request-id"] == "ui-events" and r.headers["x-tandem-node"]
+
+
+def test_the_quality_panel_shows_the_labelled_decisions(serve_factory, browser):
+    s = serve_factory(config(budget=ROTATE))
+    golds = {"CPU at 95%": "reduce", "Disk at 99%": "stop", "All green": "nothing"}
+    for state, gold in golds.items():
+        status, _, headers = s.systemone(choice(state, A))
+        assert status == 200
+        status, body = http("POST", s.url + "/v1/feedback",
+                            {"request_id": headers["x-request-id"], "gold": {"act": gold}})
+        assert status == 200, body
+    status, quality = http("GET", s.url + "/v1/quality?since=1h")
+    assert status == 200, quality
+    want = next(g for g in quality["models"] if g["model"] == A and g["question"] == "act")
+    assert want["count"] == 3
+    browser.get(s.url + "/ui")
+    group = f"{A} · act"
+    wait(browser, lambda d: texts(d, "#quality-table tr[data-group]", "data-group") == [group],
+         what="the quality table's row")
+    row = f'#quality-table tr[data-group="{group}"] td'
+    assert texts(browser, row)[2] == "3"
+    assert texts(browser, row + '[data-metric="accuracy"]') == [f"{want['accuracy']:.3f}"]
+    assert texts(browser, row + '[data-metric="ece"]') == [f"{want['ece']:.3f}"]
+    bins = [i for i, b in enumerate(want["reliability"]) if b["count"]]
+    assert [int(b) for b in texts(browser, "#quality-reliability rect[data-bin]", "data-bin")] == bins
+    assert texts(browser, "#quality-over-time circle", "data-count") == ["3"]
+    assert console_errors(browser) == []
