@@ -89,9 +89,8 @@ static void record(struct store *s, const char *id, const char *pipeline, const 
 
 /* Sends feedback text; returns the reply (caller frees its body). */
 static struct reply feedback(struct store *s, const char *text) {
-    char err[256];
-    const char *param;
-    json_t *fb = store_feedback_parse(text, strlen(text), &param, err, sizeof err);
+    char err[256], param[64];
+    json_t *fb = store_feedback_parse(text, strlen(text), param, sizeof param, err, sizeof err);
     cr_assert_not_null(fb, "%s", err);
     struct reply r = {0};
     cr_assert_eq(store_feedback(s, fb, on_reply, &r), TANDEM_OK);
@@ -125,18 +124,17 @@ Test(store, refuses_malformed_feedback_naming_the_field) {
                {"{\"request_id\":\"r\",\"gold\":{}}", "gold"},
                {"{\"request_id\":\"r\",\"outcome\":5}", "outcome"},
                {"{\"request_id\":\"r\",\"outcome\":null,\"replace\":1}", "replace"},
-               {"{\"request_id\":\"r\",\"outcome\":null,\"extra\":1}", "body"},
+               {"{\"request_id\":\"r\",\"outcome\":null,\"extra\":1}", "extra"},
                {"{\"request_id\":\"r\",\"request_id\":\"s\",\"outcome\":null}", "body"}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        char err[256] = "";
-        const char *param = NULL;
-        cr_assert_null(store_feedback_parse(bad[i].body, strlen(bad[i].body), &param, err,
-                                            sizeof err), "%s", bad[i].body);
+        char err[256] = "", param[64] = "";
+        cr_assert_null(store_feedback_parse(bad[i].body, strlen(bad[i].body), param,
+                                            sizeof param, err, sizeof err), "%s", bad[i].body);
         cr_assert_str_eq(param, bad[i].param, "%s: %s", bad[i].body, err);
         cr_assert(err[0]);
     }
     const char *ok = "{\"request_id\":\"r\",\"outcome\":null,\"replace\":true}";
-    json_t *fb = store_feedback_parse(ok, strlen(ok), NULL, NULL, 0);
+    json_t *fb = store_feedback_parse(ok, strlen(ok), NULL, 0, NULL, 0);
     cr_assert_not_null(fb);
     json_decref(fb);
 }

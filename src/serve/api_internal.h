@@ -45,7 +45,7 @@ enum api_route_id {
 extern const char *const api_route_names[];
 
 /* The request store's counters on /metrics (api_outcomes.c): records, errors, dropped,
- * expired; and the quality series by model and question: labelled, accuracy, nll, ece. */
+ * expired; and the quality series by model and question: count, accuracy, nll, ece. */
 #define API_STORE_COUNTERS 4
 #define API_QUALITY_SERIES 4
 

@@ -100,9 +100,8 @@ static bool refuse_without_store(struct api_call *c) {
 void api_feedback(struct api_call *c) {
     if (refuse_without_store(c) || !api_call_read_body(c))
         return;
-    char err[512];
-    const char *param = NULL;
-    json_t *fb = store_feedback_parse(c->body, c->body_len, &param, err, sizeof err);
+    char err[512], param[128];
+    json_t *fb = store_feedback_parse(c->body, c->body_len, param, sizeof param, err, sizeof err);
     if (!fb) {
         count_feedback(c->api, 400);
         api_call_fail(c, 400, NULL, err, param, NULL);
@@ -228,7 +227,7 @@ void api_outcomes_init(struct api *a) {
         {"tandem_store_dropped_total", "Answered decisions not stored (queue full, store failed)"},
         {"tandem_store_expired_total", "Stored requests deleted by store.retention or the size cap"}};
     static const char *const quality[API_QUALITY_SERIES][2] = {
-        {"tandem_quality_labelled", "Labelled answers in store.quality_window"},
+        {"tandem_quality_count", "Labelled answers in store.quality_window"},
         {"tandem_quality_accuracy", "Accuracy of the labelled answers (as tandem eval)"},
         {"tandem_quality_nll", "Mean negative log-likelihood of the labelled answers, nats"},
         {"tandem_quality_ece", "Expected calibration error of the labelled answers, 15 bins"}};
@@ -246,7 +245,7 @@ void api_outcomes_init(struct api *a) {
                                   "POST /v1/feedback answers, by status", code, NULL, 0);
     for (size_t k = 0; k < API_QUALITY_SERIES; k++)
         a->m_quality[k] = prom_register(p, PROM_GAUGE, quality[k][0], quality[k][1], mq, NULL, 0);
-    a->m_pipeline_count = prom_register(p, PROM_GAUGE, "tandem_quality_pipeline_labelled",
+    a->m_pipeline_count = prom_register(p, PROM_GAUGE, "tandem_quality_pipeline_count",
                                         "Labelled pipeline outcomes in store.quality_window", pl,
                                         NULL, 0);
     a->m_pipeline_precision = prom_register(

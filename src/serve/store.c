@@ -553,7 +553,8 @@ static bool run_job(struct store *s, struct job *j, char *err, size_t errlen) {
     case JOB_RECORD:
         return insert_record(s, j) || store_db_fail(s->db, s->path, err, errlen);
     case JOB_FEEDBACK:
-        return store_feedback_run(s->db, s->path, j->in, &j->status, &j->out, err, errlen);
+        return store_feedback_run(s->db, s->path, j->in, s->retention_ms, &j->status, &j->out,
+                                  err, errlen);
     case JOB_QUALITY:
         j->status = 200;
         return (j->out = store_quality_run(s->db, s->path, j->since_ms, err, errlen)) != NULL;

@@ -90,9 +90,10 @@ typedef void (*store_reply_fn)(void *user, int status, json_t *body);
  * non-empty string "request_id", exactly one of "gold" (an object, question
  * -> answer) and "outcome" (a string or null), and an optional boolean
  * "replace"; nothing else. Returns the parsed body (caller owns), or NULL with
- * err[errlen] "<field>: <reason>" and *param (optional, static) the field. */
-json_t *store_feedback_parse(const char *text, size_t len, const char **param, char *err,
-                             size_t errlen);
+ * err[errlen] "<field>: <reason>" and param[paramlen] the field ("body" for
+ * a body that is not a JSON object; an unknown member's own name). */
+json_t *store_feedback_parse(const char *text, size_t len, char *param, size_t paramlen,
+                             char *err, size_t errlen);
 
 /* Queues feedback fb (stolen; as store_feedback_parse returned it): the
  * writer validates it against the stored request and keeps its labels, then

@@ -22,9 +22,9 @@
 
 #define FEEDBACK_MAX_LABELS 256 /* questions one feedback may label */
 
-json_t *store_feedback_parse(const char *text, size_t len, const char **param, char *err,
-                             size_t errlen) {
-    const char *field = NULL;
+json_t *store_feedback_parse(const char *text, size_t len, char *param, size_t paramlen,
+                             char *err, size_t errlen) {
+    const char *field = "body";
     json_error_t je;
     json_t *fb = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     if (!fb) {
@@ -42,21 +42,20 @@ json_t *store_feedback_parse(const char *text, size_t len, const char **param, c
     json_object_foreach(fb, key, v) {
         if (strcmp(key, "request_id") && strcmp(key, "gold") && strcmp(key, "outcome") &&
             strcmp(key, "replace")) {
-            field = "body";
-            snprintf(err, errlen, "body: unknown field \"%.64s\" (expected request_id, gold, "
-                                  "outcome, replace)", key);
+            field = key;
+            snprintf(err, errlen, "%.64s: unknown field (expected request_id, gold, outcome, "
+                                  "replace)", key);
             goto fail;
         }
     }
     const char *id = json_string_value(json_object_get(fb, "request_id"));
     json_t *gold = json_object_get(fb, "gold"), *replace = json_object_get(fb, "replace");
-    bool outcome = json_object_get(fb, "outcome") != NULL;
     json_t *o = json_object_get(fb, "outcome");
     if (!id || !*id) {
         field = "request_id";
         snprintf(err, errlen, "request_id: required, a non-empty string (the x-request-id of "
                               "the answer)");
-    } else if (!gold == !outcome) {
+    } else if (!gold == !o) {
         field = gold ? "outcome" : "gold";
         snprintf(err, errlen, "%s", gold ? "outcome: give either gold or outcome, not both"
                                          : "gold: required (question -> answer), or outcome for "
@@ -66,7 +65,7 @@ json_t *store_feedback_parse(const char *text, size_t len, const char **param, c
         field = "gold";
         snprintf(err, errlen, "gold: must be an object of 1 to %d questions, question -> answer",
                  FEEDBACK_MAX_LABELS);
-    } else if (outcome && !json_is_string(o) && !json_is_null(o)) {
+    } else if (o && !json_is_string(o) && !json_is_null(o)) {
         field = "outcome";
         snprintf(err, errlen, "outcome: must be a candidate's key, or null when none was right");
     } else if (replace && !json_is_boolean(replace)) {
@@ -76,9 +75,9 @@ json_t *store_feedback_parse(const char *text, size_t len, const char **param, c
         return fb;
     }
 fail:
+    if (param && paramlen)
+        snprintf(param, paramlen, "%s", field);
     json_decref(fb);
-    if (param)
-        *param = field ? field : "body";
     return NULL;
 }
 
@@ -96,6 +95,7 @@ struct label {
 /* The stored request feedback refers to. */
 struct target_request {
     sqlite3_int64 id;
+    int64_t time_ms;    /* when it was answered */
     char pipeline[128]; /* "" for a model's request */
     json_t *questions;  /* name -> {"type", "keys"} */
 };
@@ -114,8 +114,8 @@ static json_t *refusal(int status, const char *param, const char *fmt, ...) {
 
 /* Finds the latest request with id rid. Returns 1 found, 0 not, -1 on a database error. */
 static int find_request(sqlite3 *db, const char *rid, struct target_request *t) {
-    sqlite3_stmt *st = store_prepare(db, "SELECT id, pipeline FROM requests WHERE request_id = ?"
-                                         " ORDER BY id DESC LIMIT 1");
+    sqlite3_stmt *st = store_prepare(db, "SELECT id, pipeline, time_ms FROM requests"
+                                         " WHERE request_id = ? ORDER BY id DESC LIMIT 1");
     if (!st)
         return -1;
     sqlite3_bind_text(st, 1, rid, -1, SQLITE_STATIC);
@@ -124,6 +124,7 @@ static int find_request(sqlite3 *db, const char *rid, struct target_request *t) 
         t->id = sqlite3_column_int64(st, 0);
         const unsigned char *p = sqlite3_column_text(st, 1);
         snprintf(t->pipeline, sizeof t->pipeline, "%s", p ? (const char *)p : "");
+        t->time_ms = sqlite3_column_int64(st, 2);
     }
     sqlite3_finalize(st);
     if (found || rc == SQLITE_DONE) {
@@ -151,6 +152,11 @@ static bool load_questions(sqlite3 *db, struct target_request *t) {
     return rc == SQLITE_DONE;
 }
 
+static json_t *expired(const char *rid) {
+    return refusal(404, "request_id", "request %s expired: it is older than store.retention "
+                   "(or the store's size cap), and its record is deleted", rid);
+}
+
 /* A 404 that says whether rid expired or was never stored here. */
 static json_t *not_found(sqlite3 *db, const char *rid, bool *db_error) {
     sqlite3_stmt *st = store_prepare(db, "SELECT time_ms FROM expired WHERE request_id = ?");
@@ -162,8 +168,7 @@ static json_t *not_found(sqlite3 *db, const char *rid, bool *db_error) {
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     if (rc == SQLITE_ROW)
-        return refusal(404, "request_id", "request %s expired: it is older than store.retention "
-                       "(or the store's size cap), and its record was deleted", rid);
+        return expired(rid);
     *db_error = rc != SQLITE_DONE;
     return refusal(404, "request_id", "no request %s in this node's store: unknown here (a "
                    "request another node answered? send feedback to the node named by the "
@@ -313,8 +318,8 @@ static json_t *accepted(const char *rid, const struct label *ls, size_t n) {
                      "unchanged", lists[LABEL_SAME], "replaced", lists[LABEL_REPLACED]);
 }
 
-bool store_feedback_run(sqlite3 *db, const char *path, const json_t *fb, int *status, json_t **out,
-                        char *err, size_t errlen) {
+bool store_feedback_run(sqlite3 *db, const char *path, const json_t *fb, int64_t retention_ms,
+                        int *status, json_t **out, char *err, size_t errlen) {
     const char *rid = json_string_value(json_object_get(fb, "request_id"));
     bool replace = json_is_true(json_object_get(fb, "replace")), db_error = false;
     struct target_request t = {0};
@@ -326,6 +331,8 @@ bool store_feedback_run(sqlite3 *db, const char *path, const json_t *fb, int *st
         db_error = true;
     else if (!found)
         body = not_found(db, rid, &db_error);
+    else if (t.time_ms < store_now_ms() - retention_ms) /* past retention, not yet swept */
+        body = expired(rid);
     else
         body = resolve_all(fb, &t, ls, &n);
     for (size_t i = 0; !body && !db_error && i < n; i++)

@@ -28,12 +28,13 @@ sqlite3_stmt *store_prepare(sqlite3 *db, const char *sql);
  * one; TANDEM_ERR_IO for SQLite's errors. */
 tandem_err store_schema(sqlite3 *db, const char *path, bool create, char *err, size_t errlen);
 
-/* The writer's side of a feedback: validates fb against the stored request and
+/* The writer's side of a feedback: validates fb against the stored request (a
+ * request answered more than retention_ms ago is expired, swept or not) and
  * writes its labels inside the writer's open transaction. Sets *status and
  * *out (a 200 body or an error body). Returns false on a database error (err
  * says which; the batch is rolled back). */
-bool store_feedback_run(sqlite3 *db, const char *path, const json_t *fb, int *status, json_t **out,
-                        char *err, size_t errlen);
+bool store_feedback_run(sqlite3 *db, const char *path, const json_t *fb, int64_t retention_ms,
+                        int *status, json_t **out, char *err, size_t errlen);
 
 /* The writer's side of a quality report over [now - since_ms, now]. Returns the
  * report (caller owns), or NULL on a database error (err says which). */

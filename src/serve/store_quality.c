@@ -279,6 +279,24 @@ static json_t *pipeline_groups(sqlite3 *db, const struct window *w, bool *ok) {
     return out;
 }
 
+/* "store": the store's file and its requests in the window, labelled or not.
+ * NULL on a database error. */
+static json_t *store_part(sqlite3 *db, const char *path, const struct window *w) {
+    sqlite3_stmt *st = store_prepare(
+        db, "SELECT count(*), count(*) FILTER (WHERE EXISTS (SELECT 1 FROM labels l"
+            " WHERE l.request = r.id)) FROM requests r WHERE r.time_ms >= ?");
+    json_t *part = NULL;
+    if (st) {
+        sqlite3_bind_int64(st, 1, w->from_ms);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            part = json_pack("{s:s, s:s, s:I, s:I}", "state", "ok", "path", path, "requests",
+                             (json_int_t)sqlite3_column_int64(st, 0), "labelled",
+                             (json_int_t)sqlite3_column_int64(st, 1));
+    }
+    sqlite3_finalize(st);
+    return part;
+}
+
 json_t *store_quality_run(sqlite3 *db, const char *path, int64_t since_ms, char *err,
                           size_t errlen) {
     int64_t now = store_now_ms();
@@ -286,13 +304,15 @@ json_t *store_quality_run(sqlite3 *db, const char *path, int64_t since_ms, char 
     bool ok_models = true, ok_pipelines = true;
     json_t *models = model_groups(db, &w, &ok_models);
     json_t *pipelines = pipeline_groups(db, &w, &ok_pipelines);
-    if (!ok_models || !ok_pipelines) {
+    json_t *store = store_part(db, path, &w);
+    if (!ok_models || !ok_pipelines || !store) {
         json_decref(models);
         json_decref(pipelines);
+        json_decref(store);
         store_db_fail(db, path, err, errlen);
         return NULL;
     }
-    return json_pack("{s:I, s:I, s:I, s:o, s:o}", "since_ms", (json_int_t)since_ms, "from_ms",
-                     (json_int_t)w.from_ms, "to_ms", (json_int_t)w.to_ms, "models", models,
-                     "pipelines", pipelines);
+    return json_pack("{s:I, s:I, s:I, s:o, s:o, s:o}", "since_ms", (json_int_t)since_ms,
+                     "from_ms", (json_int_t)w.from_ms, "to_ms", (json_int_t)w.to_ms, "models",
+                     models, "pipelines", pipelines, "store", store);
 }

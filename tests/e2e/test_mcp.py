@@ -117,11 +117,13 @@ def stdio_params(tandem_bin, *args):
 
 def check_tools(tools):
     by_name = {t.name: t for t in tools}
-    assert set(by_name) == {"decide_decide", "systemone", "status"}, by_name
+    assert set(by_name) == {"decide_decide", "systemone", "status", "feedback"}, by_name
     for t in tools:
         jsonschema.Draft202012Validator.check_schema(t.input_schema)
         jsonschema.Draft202012Validator.check_schema(t.output_schema)
-        assert t.annotations.read_only_hint is True and t.annotations.destructive_hint is False
+        # feedback keeps labels: the one tool that is not read-only (still idempotent)
+        assert t.annotations.read_only_hint is (t.name != "feedback"), t.name
+        assert t.annotations.destructive_hint is False and t.annotations.idempotent_hint is True
     assert by_name["decide_decide"].description == DESCRIPTION
     assert by_name["systemone"].input_schema["properties"]["model"]["enum"] == ["decider", "verifier"]
     jsonschema.validate(REQUEST, by_name["decide_decide"].input_schema)
@@ -476,7 +478,7 @@ def test_a_session_is_required_after_initialize_and_delete_ends_it(daemon):
     assert a != b and re.fullmatch(r"[0-9a-f]{32}", a)
     for session in (a, b):
         status, body, _ = rpc(daemon, listing, session=session)
-        assert status == 200 and len(body["result"]["tools"]) == 3
+        assert status == 200 and len(body["result"]["tools"]) == 4
     note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     assert rpc(daemon, note)[0] == 400 and rpc(daemon, note, session=a)[0] == 202
     end = lambda session: http_raw("DELETE", daemon.url + "/mcp", headers={
@@ -547,7 +549,7 @@ def test_private_daemon_with_config_when_none_listens(tandem_bin, tmp_path):
             async with ClientSession(rd, wr) as session:
                 await session.initialize()
                 tools = {t.name for t in (await session.list_tools()).tools}
-                assert tools == {"decide_decide", "systemone", "status"}
+                assert tools == {"decide_decide", "systemone", "status", "feedback"}
                 r = await session.call_tool("status", {})
                 return [m["state"] for m in r.structured_content["models"]]
 

@@ -462,9 +462,6 @@ def test_an_expired_id_is_404_saying_so(serve_factory, tmp_path):
     assert rid in message and "expired" in message and "store.retention" in message, message
 
 
-@pytest.mark.xfail(strict=True, reason="bugs-tests.md #1: a request older than store.retention "
-                                       "takes feedback (200) until the background sweep deletes "
-                                       "it, up to 60 s later")
 def test_a_request_past_retention_is_expired_before_its_sweep(shared):
     """The sweep runs every min(retention / 10, 60 s); a request past store.retention (30d
     here: its time is moved back 31 days in the file) is expired already."""
@@ -600,8 +597,6 @@ def test_malformed_bodies_are_400_naming_the_field(shared):
     assert feedback(shared, {"request_id": rid, "gold": ok_gold})[0] == 200
 
 
-@pytest.mark.xfail(strict=True, reason="bugs-tests.md #2: an unknown field gets param \"body\", "
-                                       "not the field (pipelines name it)")
 def test_an_unknown_field_is_400_naming_it(shared):
     rid, _, _ = decide(shared, "The VPN drops every minute.", questions("v7"))
     status, r = feedback(shared, {"request_id": rid, "gold": {"v7_n": True}, "golds": {}})
@@ -685,19 +680,15 @@ def test_quality_gauges_on_metrics_follow_the_feedback(shared):
     labels = {"model": "kev", "question": "qg_n"}
     wait_for(lambda: all(close(metric(shared, f"tandem_quality_{key}", **labels), live[key])
                          for key in ("accuracy", "nll", "ece")), 15, "the gauges of qg_n")
-    assert metric(shared, "tandem_quality_labelled", **labels) == 5
+    assert metric(shared, "tandem_quality_count", **labels) == 5
 
 
-@pytest.mark.xfail(strict=True, reason="bugs-tests.md #4: the count gauge is "
-                                       "tandem_quality_labelled, spec41 says tandem_quality_count")
 def test_the_quality_count_gauge_has_the_contracts_name(shared):
     text = http("GET", shared.url + "/metrics")[1]
     assert "# TYPE tandem_quality_accuracy gauge" in text
     assert "# TYPE tandem_quality_count gauge" in text
 
 
-@pytest.mark.xfail(strict=True, reason="bugs-tests.md #3: GET /v1/quality has no \"store\" "
-                                       "member (spec41: requests, labelled, path, state)")
 def test_quality_reports_the_store(shared):
     rid, _, _ = decide(shared, "A stored case.", questions("qs"))
     assert feedback(shared, {"request_id": rid, "gold": {"qs_n": True}})[0] == 200

@@ -51,11 +51,11 @@ static void check_refusal(const json_t *body, int status) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char err[512] = "";
-    const char *param = NULL;
-    json_t *fb = store_feedback_parse((const char *)data, size, &param, err, sizeof err);
+    char err[512] = "", param[128] = "";
+    json_t *fb = store_feedback_parse((const char *)data, size, param, sizeof param, err,
+                                      sizeof err);
     if (!fb) {
-        if (!param || !err[0])
+        if (!param[0] || !err[0])
             abort();
         return 0;
     }
@@ -64,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort();
     int status = 0;
     json_t *out = NULL;
-    if (!store_feedback_run(d, ":memory:", fb, &status, &out, err, sizeof err))
+    if (!store_feedback_run(d, ":memory:", fb, INT64_MAX / 2, &status, &out, err, sizeof err))
         abort(); /* no database error on a healthy in-memory database */
     if (status == 200) {
         if (!json_is_array(json_object_get(out, "labelled")) ||
