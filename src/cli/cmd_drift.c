@@ -263,7 +263,8 @@ int cmd_drift_main(int argc, char **argv, const char *llama_server) {
     p.timeout_ms = (long)timeout_s * 1000;
 
     struct evalset *set;
-    if (dataset_load(data, config, false, &set, NULL, err, sizeof err) != TANDEM_OK) {
+    if (dataset_load(data, &(struct dataset_opts){.config_path = config}, &set, NULL, err,
+                     sizeof err) != TANDEM_OK) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }

@@ -612,7 +612,8 @@ int cmd_eval_main(int argc, char **argv, const char *llama_server) {
         return rc < 0 ? 0 : rc;
     static char err[64 * 1024];
     struct evalset *set;
-    if (dataset_load(o.data, o.config, false, &set, NULL, err, sizeof err) != TANDEM_OK) {
+    if (dataset_load(o.data, &(struct dataset_opts){.config_path = o.config}, &set, NULL, err,
+                     sizeof err) != TANDEM_OK) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }

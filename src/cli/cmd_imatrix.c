@@ -181,7 +181,8 @@ static void show_progress(void *user, const char *phase, size_t done, size_t tot
 static int load_data(struct cli *o, struct evalset **set, bool **use) {
     char err[8192];
     size_t skipped = 0;
-    if (dataset_load(o->data, NULL, true, set, &skipped, err, sizeof err) != TANDEM_OK) {
+    if (dataset_load(o->data, &(struct dataset_opts){.audit_ok = true}, set, &skipped, err,
+                     sizeof err) != TANDEM_OK) {
         fprintf(stderr, "tandem imatrix: %s\n", err);
         return 1;
     }

@@ -330,9 +330,11 @@ tandem_err eval_run_new(const struct evalset *set, const struct eval_params *par
     cp.endpoint = params->endpoint;
     cp.api_key = params->api_key;
     cp.timeout_ms = params->timeout_ms;
-    static const char *const recompute[] = {"Cache-Control: no-cache", NULL};
-    if (params->repeat > 1)
-        cp.headers = recompute; /* a repeat measures the engine, not tandem's decision cache */
+    /* a measurement is not traffic: tandem keeps none of it (no-store: neither the decision
+     * cache nor the request store); a repeat measures the engine, not the cache (no-cache) */
+    static const char *const measure[] = {"Cache-Control: no-store", NULL};
+    static const char *const recompute[] = {"Cache-Control: no-cache, no-store", NULL};
+    cp.headers = params->repeat > 1 ? recompute : measure;
     for (unsigned i = 0; !e && i < k; i++) {
         ws[i].sh = &sh;
         e = s1client_new(&cp, &ws[i].client, err, errlen);

@@ -507,7 +507,7 @@ static tandem_err refuse_same_file(struct cal *k) {
     return TANDEM_ERR_INVAL;
 }
 
-/* Reads the model and hashes the model and the data. */
+/* Reads the model and hashes it (the data is hashed as it loads: run_set). */
 static tandem_err read_inputs(struct cal *k) {
     char err[1024];
     bool cached;
@@ -515,8 +515,6 @@ static tandem_err read_inputs(struct cal *k) {
     if (e || (e = refuse_same_file(k)))
         return e;
     e = hash_file_sha256_cached(k->p->model, k->model_sha, &cached, err, sizeof err);
-    if (!e)
-        e = hash_file_sha256(k->p->data, k->data_sha, err, sizeof err);
     return said(k, e, err);
 }
 
@@ -556,7 +554,8 @@ static tandem_err run_set(struct cal *k) {
     char *err = mem_alloc(RUN_ERR_MAX);
     if (!err)
         return said(k, TANDEM_ERR_NOMEM, "out of memory");
-    tandem_err e = dataset_load(k->p->data, NULL, false, &k->set, NULL, err, RUN_ERR_MAX);
+    tandem_err e = dataset_load(k->p->data, &(struct dataset_opts){.sha256 = k->data_sha},
+                                &k->set, NULL, err, RUN_ERR_MAX);
     if (e)
         say(k, false, "%s", err);
     else if ((e = eval_run_new(k->set, &k->eval, &k->run, err, RUN_ERR_MAX)))

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "base/cache.h"
+#include "base/hash.h"
 #include "base/mem.h"
 #include "base/units.h"
 #include "serve/config.h"
@@ -104,15 +105,16 @@ static bool parse_spec(const char *spec, struct store_export_opts *o, char *mode
     return true;
 }
 
-/* Exports the store's window into a temporary file and loads it leniently. */
-static tandem_err load_store(const char *spec, const char *config_path, struct evalset **out,
-                             size_t *skipped, char *err, size_t errlen) {
+/* Exports the store's window into a temporary file, hashes it when asked, and
+ * loads it leniently. */
+static tandem_err load_store(const char *spec, const struct dataset_opts *d,
+                             struct evalset **out, size_t *skipped, char *err, size_t errlen) {
     struct store_export_opts o;
     char model[256], where[PATH_MAX], path[PATH_MAX], tmp[PATH_MAX];
     tandem_err e;
     if (!parse_spec(spec, &o, model, sizeof model, where, sizeof where, err, errlen))
         return TANDEM_ERR_FORMAT;
-    if ((e = store_location(where, config_path, path, sizeof path, err, errlen)))
+    if ((e = store_location(where, d->config_path, path, sizeof path, err, errlen)))
         return e;
     const char *dir = getenv("TMPDIR");
     snprintf(tmp, sizeof tmp, "%s/tandem-store-XXXXXX", dir && *dir ? dir : "/tmp");
@@ -134,6 +136,8 @@ static tandem_err load_store(const char *spec, const char *config_path, struct e
                       o.model ? " of model " : "", o.model ? o.model : "", bodiless);
         e = TANDEM_ERR_FORMAT;
     }
+    if (!e && d->sha256)
+        e = hash_file_sha256(tmp, d->sha256, err, errlen);
     if (!e)
         e = evalset_load_lenient(tmp, out, &invalid, err, errlen);
     unlink(tmp);
@@ -150,13 +154,15 @@ static tandem_err load_store(const char *spec, const char *config_path, struct e
     return e;
 }
 
-tandem_err dataset_load(const char *data, const char *config_path, bool audit_ok,
-                        struct evalset **out, size_t *skipped, char *err, size_t errlen) {
+tandem_err dataset_load(const char *data, const struct dataset_opts *o, struct evalset **out,
+                        size_t *skipped, char *err, size_t errlen) {
     if (skipped)
         *skipped = 0;
     if (!strncmp(data, DATASET_STORE_PREFIX, strlen(DATASET_STORE_PREFIX)))
-        return load_store(data + strlen(DATASET_STORE_PREFIX), config_path, out, skipped, err,
-                          errlen);
-    return audit_ok ? evalset_load_any(data, out, skipped, err, errlen)
-                    : evalset_load(data, out, err, errlen);
+        return load_store(data + strlen(DATASET_STORE_PREFIX), o, out, skipped, err, errlen);
+    tandem_err e = o->sha256 ? hash_file_sha256(data, o->sha256, err, errlen) : TANDEM_OK;
+    if (e)
+        return e;
+    return o->audit_ok ? evalset_load_any(data, out, skipped, err, errlen)
+                       : evalset_load(data, out, err, errlen);
 }

@@ -39,13 +39,21 @@ tandem_err dataset_store_path(const char *config_path, char *out, size_t cap, ch
 tandem_err dataset_export(const char *path, const struct store_export_opts *o, FILE *f,
                           size_t *exported, size_t *skipped, char *err, size_t errlen);
 
+/* What dataset_load reads besides data itself. */
+struct dataset_opts {
+    const char *config_path; /* the command's --config (a store's place), or NULL */
+    bool audit_ok;           /* a file may be an audit log (evalset_load_any) */
+    char *sha256;            /* optional output, HASH_SHA256_HEX_LEN + 1 bytes: the
+                              * SHA-256 of the file, or of a store's export */
+};
+
 /* Loads data into a new set (*out, caller frees with evalset_free): a store
- * spec as above (config_path as dataset_store_path), else the file data
- * through evalset_load_any when audit_ok, else evalset_load. *skipped
- * (output, optional) counts what was left out (audit lines or stored
- * requests). Returns the loaders' errors; TANDEM_ERR_FORMAT for a bad spec or
- * a store with no replayable request (err says which). */
-tandem_err dataset_load(const char *data, const char *config_path, bool audit_ok,
-                        struct evalset **out, size_t *skipped, char *err, size_t errlen);
+ * spec as above, else the file data through evalset_load_any when
+ * o->audit_ok, else evalset_load. *skipped (output, optional) counts what was
+ * left out (audit lines or stored requests). Returns the loaders' errors;
+ * TANDEM_ERR_FORMAT for a bad spec or a store with no replayable request (err
+ * says which); TANDEM_ERR_IO when the data cannot be hashed. */
+tandem_err dataset_load(const char *data, const struct dataset_opts *o, struct evalset **out,
+                        size_t *skipped, char *err, size_t errlen);
 
 #endif

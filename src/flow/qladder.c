@@ -92,16 +92,12 @@ struct engine_quant_params qladder_quant_params(const struct qladder *L, const c
 
 /* --- the cases -------------------------------------------------------------------------------- */
 
-/* Loads --data (an eval set or an audit log). */
+/* Loads --data (an eval set, an audit log or the store's traffic) and hashes it. */
 static int load_cases(struct qladder *L) {
     static char err[16 * 1024];
-    if (dataset_load(L->o.data, L->o.plan.config, true, &L->set, NULL, err, sizeof err) !=
-        TANDEM_OK) {
-        fprintf(stderr, ERR_PREFIX "%s\n", err);
-        return 1;
-    }
-    bool cached;
-    if (hash_file_sha256_cached(L->o.data, L->data_sha, &cached, err, sizeof err) != TANDEM_OK) {
+    struct dataset_opts d = {.config_path = L->o.plan.config, .audit_ok = true,
+                             .sha256 = L->data_sha};
+    if (dataset_load(L->o.data, &d, &L->set, NULL, err, sizeof err) != TANDEM_OK) {
         fprintf(stderr, ERR_PREFIX "%s\n", err);
         return 1;
     }

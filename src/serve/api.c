@@ -246,6 +246,19 @@ void api_call_finish(struct api_call *c, int status, const char *error) {
     free_call(c);
 }
 
+bool api_call_directive(const struct api_call *c, const char *directive) {
+    const char *names[] = {"Cache-Control", "Pragma"};
+    size_t n = strlen(directive);
+    for (size_t i = 0; i < 2; i++)
+        for (const char *h = http_req_header(c->r, names[i]); h && *h; h += strcspn(h, ",")) {
+            h += strspn(h, ", \t");
+            size_t len = strcspn(h, ",= \t");
+            if (len == n && !strncasecmp(h, directive, n))
+                return true;
+        }
+    return false;
+}
+
 /* --- load, as gateways read it ------------------------------------------------------------------ */
 
 void api_node_load(const struct api *a, struct api_node_load *l) {

@@ -147,6 +147,10 @@ void api_call_reply_json(struct api_call *c, int status, json_t *body);
  * second call adds nothing. */
 void api_call_add_headers(struct api_call *c);
 
+/* Whether c's request carries the cache directive (lowercase: "no-cache", "no-store") in
+ * Cache-Control or Pragma, as a comma-separated token in any case. */
+bool api_call_directive(const struct api_call *c, const char *directive);
+
 /* Adds Retry-After: c->retry_after, else an estimate from the load. */
 void api_call_add_retry_after(struct api_call *c);
 

@@ -46,8 +46,9 @@ void api_keep_answer(struct api_call *c, const char *text, size_t len) {
 
 void api_store_answer(struct api_call *c, int status) {
     struct api *a = c->api;
-    if (!a->p.store || status != 200 || !c->answer_copy || !c->body)
-        return;
+    if (!a->p.store || status != 200 || !c->answer_copy || !c->body ||
+        api_call_directive(c, "no-store"))
+        return; /* no-store: nothing of the request is kept (the measuring commands send it) */
     bool local_model = c->model && !c->pipeline[0];
     struct store_answer sa = {.request_id = c->id,
                               .model = local_model ? c->model->cm->name : NULL,

@@ -440,20 +440,6 @@ static void submit_job(struct api_call *c, int64_t due) {
 
 /* --- the decision cache ------------------------------------------------------------------------ */
 
-/* Whether the request's Cache-Control (or Pragma) holds directive (e.g.
- * "no-cache"), a comma-separated token in any case. */
-static bool cache_directive(const struct api_call *c, const char *directive) {
-    const char *names[] = {"Cache-Control", "Pragma"};
-    size_t n = strlen(directive);
-    for (size_t i = 0; i < 2; i++)
-        for (const char *h = http_req_header(c->r, names[i]); h && *h; h += strcspn(h, ",")) {
-            h += strspn(h, ", \t");
-            size_t len = strcspn(h, ",= \t");
-            if (len == n && !strncasecmp(h, directive, n))
-                return true;
-        }
-    return false;
-}
 
 /* Answers c with a cached answer (body[len], an engine's 200 of exactly this
  * request), marked "cached": true, and ends it. */
@@ -508,8 +494,8 @@ static bool look_up(struct api_call *c, int64_t due) {
         return false;
     struct dcache_request rq = {.model = c->model->sched_index, .text = text,
                                 .len = strlen(text), .deadline_ms = due,
-                                .no_lookup = cache_directive(c, "no-cache"),
-                                .no_store = cache_directive(c, "no-store"),
+                                .no_lookup = api_call_directive(c, "no-cache"),
+                                .no_store = api_call_directive(c, "no-store"),
                                 .wake = on_cache_wake, .user = c};
     struct dcache_answer hit;
     enum dcache_outcome o = dcache_lookup(c->api->p.cache, &rq, &c->ticket, &hit);
@@ -630,8 +616,8 @@ static void start_pipeline(struct api_call *c, const char *name, const json_t *r
         return;
     struct pipeline_env env = {.sched = c->api->p.sched, .engines = c->api->p.engines,
                                .remote = c->api->p.remote, .cache = c->api->p.cache,
-                               .no_lookup = cache_directive(c, "no-cache"),
-                               .no_store = cache_directive(c, "no-store"), .base = c->api->p.base};
+                               .no_lookup = api_call_directive(c, "no-cache"),
+                               .no_store = api_call_directive(c, "no-store"), .base = c->api->p.base};
     char err[1200], param[256];
     int status;
     if (pipeline_run_start(c->api->p.pipelines, &env, c->pipeline, request, c->id, due,

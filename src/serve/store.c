@@ -66,7 +66,7 @@ struct store {
     bool started, stop;
     struct job_list queue, done; /* to the writer; replies to the loop */
     struct job *running;         /* the batch the writer runs */
-    size_t queued, queued_records;
+    size_t queued, queued_records, queued_bytes;
     int wake_rd, wake_wr;
     struct event *wake;
     /* the writer's own */
@@ -642,7 +642,7 @@ static void *writer_main(void *arg) {
         struct job *batch = s->queue.head;
         bool stop = s->stop;
         s->queue = (struct job_list){0};
-        s->queued = s->queued_records = 0;
+        s->queued = s->queued_records = s->queued_bytes = 0;
         s->running = batch;
         pthread_mutex_unlock(&s->mu);
         ensure_open(s);
@@ -685,7 +685,9 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
  * stopping or a record finds the queue full. */
 static bool enqueue(struct store *s, struct job *j) {
     pthread_mutex_lock(&s->mu);
-    bool full = j->kind == JOB_RECORD && s->queued_records >= STORE_QUEUE_MAX;
+    size_t bytes = j->request_len + j->answer_len;
+    bool full = j->kind == JOB_RECORD && (s->queued_records >= STORE_QUEUE_MAX ||
+                                          s->queued_bytes + bytes > STORE_QUEUE_MAX_BYTES);
     bool ok = !s->stop && !full;
     if (ok) {
         if (s->queue.tail)
@@ -695,6 +697,7 @@ static bool enqueue(struct store *s, struct job *j) {
         s->queue.tail = j;
         s->queued++;
         s->queued_records += j->kind == JOB_RECORD;
+        s->queued_bytes += bytes;
         pthread_cond_signal(&s->cv);
     } else if (j->kind == JOB_RECORD) {
         s->dropped++;

@@ -34,8 +34,10 @@ struct store; /* opaque */
 /* The schema this tandem writes and reads (PRAGMA user_version). */
 #define STORE_SCHEMA_VERSION 1
 
-/* Answered requests waiting for the writer at most; past it a record is dropped. */
+/* Answered requests waiting for the writer at most, and their bytes; past either a
+ * record is dropped (and counted). */
 #define STORE_QUEUE_MAX 8192u
+#define STORE_QUEUE_MAX_BYTES (64u << 20)
 
 /* How long a failed store waits before it tries to open the database again. */
 #define STORE_RETRY_MS 5000

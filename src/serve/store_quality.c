@@ -136,6 +136,18 @@ static bool same_text(sqlite3_stmt *st, int col, const char *prev) {
     return prev && t && !strcmp(prev, t);
 }
 
+/* Starts a walk over st's rows (prepared from a query whose one parameter is
+ * the window's start) with a fresh group in *g (caller frees). False, with st
+ * finalized, when either is missing. */
+static bool start_walk(sqlite3_stmt *st, const struct window *w, struct group **g) {
+    if (!st || !(*g = mem_calloc(1, sizeof **g))) {
+        sqlite3_finalize(st);
+        return false;
+    }
+    sqlite3_bind_int64(st, 1, w->from_ms);
+    return true;
+}
+
 /* "models": per model x question x type. */
 static json_t *model_groups(sqlite3 *db, const struct window *w, bool *ok) {
     sqlite3_stmt *st = store_prepare(
@@ -145,14 +157,9 @@ static json_t *model_groups(sqlite3 *db, const struct window *w, bool *ok) {
             " AND r.pipeline IS NULL AND l.gold_index IS NOT NULL"
             " ORDER BY r.model, q.name, q.type, r.time_ms");
     json_t *out = json_array(), *cur = NULL;
-    struct group *g = mem_calloc(1, sizeof *g);
-    if (!st || !g) {
-        *ok = false;
-        sqlite3_finalize(st);
-        mem_free(g);
+    struct group *g = NULL;
+    if (!(*ok = start_walk(st, w, &g)))
         return out;
-    }
-    sqlite3_bind_int64(st, 1, w->from_ms);
     char model[256] = "", name[256] = "", type[16] = "";
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -235,15 +242,10 @@ static json_t *pipeline_groups(sqlite3 *db, const struct window *w, bool *ok) {
             " ON q.request = l.request AND q.name = l.question WHERE r.time_ms >= ?"
             " AND r.pipeline IS NOT NULL ORDER BY r.pipeline, r.time_ms");
     json_t *out = json_array(), *cur = NULL;
-    struct group *g = mem_calloc(1, sizeof *g);
+    struct group *g = NULL;
     struct verdicts v = {0};
-    if (!st || !g) {
-        *ok = false;
-        sqlite3_finalize(st);
-        mem_free(g);
+    if (!(*ok = start_walk(st, w, &g)))
         return out;
-    }
-    sqlite3_bind_int64(st, 1, w->from_ms);
     char pipeline[256] = "", model[256] = "", question[256] = "";
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
