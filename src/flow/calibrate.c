@@ -507,7 +507,8 @@ static tandem_err refuse_same_file(struct cal *k) {
     return TANDEM_ERR_INVAL;
 }
 
-/* Reads the model and hashes it (the data is hashed as it loads: run_set). */
+/* Reads the model and hashes it and a data file (so that an unreadable one is
+ * said before anything is served); a store's export is hashed as it loads. */
 static tandem_err read_inputs(struct cal *k) {
     char err[1024];
     bool cached;
@@ -515,6 +516,8 @@ static tandem_err read_inputs(struct cal *k) {
     if (e || (e = refuse_same_file(k)))
         return e;
     e = hash_file_sha256_cached(k->p->model, k->model_sha, &cached, err, sizeof err);
+    if (!e && !dataset_is_store(k->p->data))
+        e = hash_file_sha256(k->p->data, k->data_sha, err, sizeof err);
     return said(k, e, err);
 }
 
@@ -554,7 +557,9 @@ static tandem_err run_set(struct cal *k) {
     char *err = mem_alloc(RUN_ERR_MAX);
     if (!err)
         return said(k, TANDEM_ERR_NOMEM, "out of memory");
-    tandem_err e = dataset_load(k->p->data, &(struct dataset_opts){.sha256 = k->data_sha},
+    bool store = dataset_is_store(k->p->data);
+    tandem_err e = dataset_load(k->p->data, &(struct dataset_opts){.sha256 = store ? k->data_sha
+                                                                                 : NULL},
                                 &k->set, NULL, err, RUN_ERR_MAX);
     if (e)
         say(k, false, "%s", err);

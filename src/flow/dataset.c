@@ -20,6 +20,10 @@
 #include "base/units.h"
 #include "serve/config.h"
 
+bool dataset_is_store(const char *data) {
+    return !strncmp(data, DATASET_STORE_PREFIX, strlen(DATASET_STORE_PREFIX));
+}
+
 tandem_err dataset_store_path(const char *config_path, char *out, size_t cap, char *err,
                               size_t errlen) {
     if (!config_path) {
@@ -158,7 +162,7 @@ tandem_err dataset_load(const char *data, const struct dataset_opts *o, struct e
                         size_t *skipped, char *err, size_t errlen) {
     if (skipped)
         *skipped = 0;
-    if (!strncmp(data, DATASET_STORE_PREFIX, strlen(DATASET_STORE_PREFIX)))
+    if (dataset_is_store(data))
         return load_store(data + strlen(DATASET_STORE_PREFIX), o, out, skipped, err, errlen);
     tandem_err e = o->sha256 ? hash_file_sha256(data, o->sha256, err, errlen) : TANDEM_OK;
     if (e)

@@ -26,6 +26,9 @@
 /* The prefix of a store spec. */
 #define DATASET_STORE_PREFIX "store:"
 
+/* Whether data is a store spec ("store:..."), not a file. */
+bool dataset_is_store(const char *data);
+
 /* Finds the store: config_path's store.path, or the default path when
  * config_path is NULL, into out[cap]. Returns TANDEM_OK; TANDEM_ERR_FORMAT
  * when the config cannot be read or turns the store off; err says why. */
