@@ -246,6 +246,7 @@ void api_call_finish(struct api_call *c, int status, const char *error) {
     free_call(c);
 }
 
+/* Cache-Control, then Pragma: each a comma-separated list of tokens, some with "=value". */
 bool api_call_directive(const struct api_call *c, const char *directive) {
     const char *names[] = {"Cache-Control", "Pragma"};
     size_t n = strlen(directive);

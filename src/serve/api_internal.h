@@ -214,7 +214,9 @@ void api_proxy_pipeline(struct api_call *c);
 
 /* --- api_outcomes.c: the request store's records and routes ---------------------------- */
 
-/* Keeps a copy of text[len], c's 200 answer, for the store (when there is one). */
+/* Keeps a copy of text[len], c's 200 answer, for the store (when there is one and the
+ * request does not say no-store). Call it before the answer is sent: the request's
+ * headers are gone after. */
 void api_keep_answer(struct api_call *c, const char *text, size_t len);
 
 /* Hands c's answer kept by api_keep_answer to the store when status is 200. */

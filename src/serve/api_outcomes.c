@@ -35,8 +35,8 @@ static uint64_t store_counter(const struct store_stats *st, size_t k) {
 /* --- records -------------------------------------------------------------------------------- */
 
 void api_keep_answer(struct api_call *c, const char *text, size_t len) {
-    if (!c->api->p.store || c->answer_copy)
-        return;
+    if (!c->api->p.store || c->answer_copy || api_call_directive(c, "no-store"))
+        return; /* no-store: nothing of the request is kept (the measuring commands send it) */
     if ((c->answer_copy = mem_alloc(len + 1))) {
         memcpy(c->answer_copy, text, len);
         c->answer_copy[len] = '\0';
@@ -46,9 +46,8 @@ void api_keep_answer(struct api_call *c, const char *text, size_t len) {
 
 void api_store_answer(struct api_call *c, int status) {
     struct api *a = c->api;
-    if (!a->p.store || status != 200 || !c->answer_copy || !c->body ||
-        api_call_directive(c, "no-store"))
-        return; /* no-store: nothing of the request is kept (the measuring commands send it) */
+    if (!a->p.store || status != 200 || !c->answer_copy || !c->body)
+        return;
     bool local_model = c->model && !c->pipeline[0];
     struct store_answer sa = {.request_id = c->id,
                               .model = local_model ? c->model->cm->name : NULL,

@@ -440,7 +440,6 @@ static void submit_job(struct api_call *c, int64_t due) {
 
 /* --- the decision cache ------------------------------------------------------------------------ */
 
-
 /* Answers c with a cached answer (body[len], an engine's 200 of exactly this
  * request), marked "cached": true, and ends it. */
 static void answer_hit(struct api_call *c, const char *body, size_t len) {

@@ -201,7 +201,6 @@ static tandem_err finish_logs(struct config *c) {
     }
     if (c->audit_path && !strcmp(c->audit_path, "off")) {
         mem_free(c->audit_path);
-    mem_free(c->store_path);
         c->audit_path = NULL;
     } else if (!c->audit_path) {
         size_t n = strlen(c->log_dir) + sizeof "/audit.jsonl";
@@ -413,6 +412,7 @@ void config_free(struct config *c) {
     mem_free(c->default_model);
     mem_free(c->log_dir);
     mem_free(c->audit_path);
+    mem_free(c->store_path);
     mem_free(c->llama_server);
     mem_free(c);
 }
