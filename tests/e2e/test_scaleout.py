@@ -12,6 +12,7 @@ limits.queue_depth 1, so that its queue fills under load. Every wait is bounded.
 import json
 import re
 import socket
+import sqlite3
 import subprocess
 import threading
 import time
@@ -597,3 +598,124 @@ def test_slow_upstream_does_not_delay_a_local_model(mixed):
     assert slow.status == 200 and slow.body == SlowUpstream.BODY, slow
     assert slow.t1 - slow.t0 >= 5.0
     assert local.t1 < slow.t1 - 2.0
+
+
+# --- 9. feedback in a fleet ---------------------------------------------------------------------
+# Each node keeps its own store; feedback must reach the node that answered. The client copies
+# the answer's x-tandem-node into the feedback's headers, and the example Envoy and HAProxy
+# configs route POST /v1/feedback by it (docs/scale-out.md, "Feedback in a fleet").
+
+def stored(path, rid):
+    """(requests row (model, sha256, node), labels [(question, gold)]) of request id rid in the
+    store file at path, read with Python's sqlite3 while the daemon runs (WAL: a reader sees
+    every committed transaction)."""
+    con = sqlite3.connect(path, timeout=10)
+    try:
+        rows = con.execute("SELECT id, model, sha256, node FROM requests WHERE request_id = ? "
+                           "ORDER BY id DESC", (rid,)).fetchall()
+        if not rows:
+            return None, []
+        labels = con.execute("SELECT question, gold FROM labels WHERE request = ? "
+                             "ORDER BY question", (rows[0][0],)).fetchall()
+        return rows[0][1:], labels
+    finally:
+        con.close()
+
+
+def feedback(url, rid, answer, node=None):
+    return post(url + "/v1/feedback", {"request_id": rid, "gold": {"act": answer}},
+                {"x-tandem-node": node} if node else None)
+
+
+@pytest.mark.parametrize("front", ("envoy", "haproxy"), indirect=True)
+def test_feedback_reaches_the_answering_node(front, fleet):
+    tag = f"feedback-{front.name}-{uuid.uuid4().hex[:6]}"
+    load = Load(front.url, count=12, threads=3, tag=tag)
+    answers = load.wait()
+    assert not load.failures(), load.failures()[:5]
+    spread = by_node(answers, fleet)
+    print(f"{front.name} feedback: decisions by node {spread}")
+    assert len(spread) >= 2, spread     # the balancer spread them: routing is needed
+    nodes = {n.id: n for n in fleet}
+
+    # Without the header the balancer picks any node: only the one that answered has the
+    # record; any other answers 404, naming the unknown id.
+    stray = 0
+    for a in answers:
+        rid = a.headers["x-request-id"]
+        fb = feedback(front.url, rid, "stop")
+        assert fb.node in nodes, fb
+        if fb.node == a.node:
+            assert fb.status == 200, fb
+        else:
+            assert fb.status == 404, fb
+            assert fb.json()["error"]["type"] == "not_found_error", fb
+            assert rid in fb.json()["error"]["message"], fb
+            stray += 1
+    print(f"{front.name} feedback without x-tandem-node: {stray} of {len(answers)} reached "
+          "another node (404)")
+    assert stray > 0
+
+    # With the answer's x-tandem-node every feedback reaches its node: all 200 (the ones
+    # already labelled above answer 200 again: the same label is idempotent).
+    for a in answers:
+        rid = a.headers["x-request-id"]
+        fb = feedback(front.url, rid, "stop", a.node)
+        assert fb.status == 200, fb
+        assert fb.node == a.node, fb
+        body = fb.json()
+        assert body["request_id"] == rid
+        assert body["labelled"] + body["unchanged"] == ["act"], body
+
+    # Each label is in the store of the node that answered, and in no other.
+    for a in answers:
+        rid = a.headers["x-request-id"]
+        for n in fleet:
+            row, labels = stored(n.store_path, rid)
+            if n.id == a.node:
+                assert row is not None and row[0] == MODEL and row[2] == n.id, (n.id, row)
+                assert labels == [("act", '"stop"')], (n.id, rid, labels)
+            else:
+                assert row is None and labels == [], (n.id, rid, row, labels)
+
+    # A node that is down gets its feedback refused by the front (503, to retry later), not
+    # passed on to a node that would answer 404; once it is back (same store file), the
+    # label lands.
+    victim = nodes[answers[0].node]
+    rid = answers[0].headers["x-request-id"]
+    victim.kill9()
+    fb = feedback(front.url, rid, "reduce", victim.id)
+    assert fb.status == 503 and fb.node is None, fb
+    victim.start()
+    victim.wait_ready()
+    front.wait_all_healthy()
+    fb = feedback(front.url, rid, "reduce", victim.id)
+    assert fb.status == 409, fb  # it still holds "stop", committed before the kill
+    assert fb.json()["error"]["type"] == "conflict_error", fb
+    fb = post(front.url + "/v1/feedback", {"request_id": rid, "gold": {"act": "reduce"},
+                                           "replace": True}, {"x-tandem-node": victim.id})
+    assert fb.status == 200 and fb.node == victim.id, fb
+    assert fb.json()["replaced"] == ["act"], fb
+    assert stored(victim.store_path, rid)[1] == [("act", '"reduce"')]
+
+
+@pytest.mark.parametrize("front", ("tandem",), indirect=True)
+def test_feedback_to_a_tandem_front(front, fleet):
+    """A tandem front stores the decisions it answered itself (model: its remote model's name,
+    no file hash), so feedback sent to it needs no routing."""
+    rid = f"feedback-front-{uuid.uuid4().hex[:8]}"
+    a = post(front.url + "/v1/systemone", choice(f"The queue grows ({rid})."), {"x-request-id": rid})
+    assert a.status == 200, a
+    assert a.node == "front" and node_of(a, fleet) in {n.id for n in fleet}, a
+    fb = feedback(front.url, rid, "reduce", a.node)
+    assert fb.status == 200, fb
+    assert fb.json()["labelled"] == ["act"], fb
+    row, labels = stored(front.store_path, rid)
+    assert row == (MODEL, None, "front"), row
+    assert labels == [("act", '"reduce"')]
+    # the front validates against its own record, as a node does
+    fb = feedback(front.url, rid, "later")
+    assert fb.status == 422, fb
+    assert "reduce" in fb.json()["error"]["message"] and "stop" in fb.json()["error"]["message"]
+    fb = feedback(front.url, f"never-{rid}", "reduce")
+    assert fb.status == 404 and fb.json()["error"]["type"] == "not_found_error", fb
