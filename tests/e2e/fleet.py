@@ -190,8 +190,8 @@ class Node:
         cfg["listen"] = f"{addr}:{self.port}"
         cfg["node"]["id"] = self.id
         cfg["logs"] = {"dir": str(self.dir / "logs")}
-        # each node's own store in its folder (by default it would be in the shared cache,
-        # $TANDEM_CACHE/store/<node.id>.db, which other test runs' nodes of the same id use)
+        # each node's own store, named here so that the tests can read it (the default,
+        # store.db in logs.dir, is in the node's folder too)
         self.store_path = self.dir / "store.db"
         cfg["store"] = {**(cfg.get("store") or {}), "path": str(self.store_path)}
         model = cfg["models"][MODEL]
