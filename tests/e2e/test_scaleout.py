@@ -639,21 +639,27 @@ def test_feedback_reaches_the_answering_node(front, fleet):
     nodes = {n.id: n for n in fleet}
 
     # Without the header the balancer picks any node: only the one that answered has the
-    # record; any other answers 404, naming the unknown id.
-    stray = 0
-    for a in answers:
+    # record; any other answers 404, naming the unknown id. (Where each lands depends on the
+    # balancer's sequence: both examples' pick in turn among idle nodes, so the decisions'
+    # order can repeat itself; the same feedback is sent again until one went astray.)
+    def without_header(a):
         rid = a.headers["x-request-id"]
         fb = feedback(front.url, rid, "stop")
         assert fb.node in nodes, fb
         if fb.node == a.node:
             assert fb.status == 200, fb
-        else:
-            assert fb.status == 404, fb
-            assert fb.json()["error"]["type"] == "not_found_error", fb
-            assert rid in fb.json()["error"]["message"], fb
-            stray += 1
-    print(f"{front.name} feedback without x-tandem-node: {stray} of {len(answers)} reached "
-          "another node (404)")
+            return False
+        assert fb.status == 404, fb
+        assert fb.json()["error"]["type"] == "not_found_error", fb
+        assert rid in fb.json()["error"]["message"], fb
+        return True
+    stray = sum(without_header(a) for a in answers)
+    tries = 0
+    while not stray and tries < 20:
+        tries += 1
+        stray += without_header(answers[0])
+    print(f"{front.name} feedback without x-tandem-node: {stray} reached another node (404), "
+          f"{len(answers) + tries} sent")
     assert stray > 0
 
     # With the answer's x-tandem-node every feedback reaches its node: all 200 (the ones
