@@ -496,7 +496,9 @@ class EnvoyFront:
         t = time.time()
         while time.time() - t < timeout:
             st, b = get(self.admin_url, "/clusters")
-            healthy = len(re.findall(r"::health_flags::healthy\b", b.decode()))
+            # the decision cluster's hosts (the feedback cluster has no health checks)
+            healthy = len(re.findall(r"(?m)^tandem::[^:]+:\d+::health_flags::healthy\b",
+                                     b.decode()))
             if healthy >= self.n:
                 return
             time.sleep(0.1)

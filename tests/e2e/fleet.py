@@ -350,16 +350,21 @@ class EnvoyFront(Front):
         cfg["admin"]["address"]["socket_address"]["port_value"] = self.admin
         [listener] = cfg["static_resources"]["listeners"]
         listener["address"]["socket_address"]["port_value"] = self.port
-        [cluster] = cfg["static_resources"]["clusters"]
-        [group] = cluster["load_assignment"]["endpoints"]
-        eps = group["lb_endpoints"]
-        assert [e["endpoint"]["address"]["socket_address"] for e in eps] == \
-            [{"address": a, "port_value": EXAMPLE_PORT} for a in EXAMPLE_NODES]
-        # each endpoint's metadata names its node (feedback is routed by x-tandem-node)
-        assert [e["metadata"]["filter_metadata"]["envoy.lb"]["node"] for e in eps] == \
-            [n.id for n in nodes]
-        for e, n in zip(eps, nodes):
-            e["endpoint"]["address"]["socket_address"] = {"address": n.addr, "port_value": n.port}
+        clusters = {c["name"]: c for c in cfg["static_resources"]["clusters"]}
+        # tandem: every route but feedback; tandem_feedback: the same nodes, each endpoint's
+        # metadata naming its node (feedback is routed by x-tandem-node)
+        assert sorted(clusters) == ["tandem", "tandem_feedback"], sorted(clusters)
+        for name, cluster in clusters.items():
+            [group] = cluster["load_assignment"]["endpoints"]
+            eps = group["lb_endpoints"]
+            assert [e["endpoint"]["address"]["socket_address"] for e in eps] == \
+                [{"address": a, "port_value": EXAMPLE_PORT} for a in EXAMPLE_NODES]
+            if name == "tandem_feedback":
+                assert [e["metadata"]["filter_metadata"]["envoy.lb"]["node"] for e in eps] == \
+                    [n.id for n in nodes]
+            for e, n in zip(eps, nodes):
+                e["endpoint"]["address"]["socket_address"] = {"address": n.addr,
+                                                              "port_value": n.port}
         path = self.dir / "envoy.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         self._spawn([str(envoy_bin()), "-c", str(path), "--disable-hot-restart",

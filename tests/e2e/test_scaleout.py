@@ -684,6 +684,29 @@ def test_feedback_reaches_the_answering_node(front, fleet):
             else:
                 assert row is None and labels == [], (n.id, rid, row, labels)
 
+    # A node out of rotation for decisions (its queue full: /health 503) still gets its
+    # feedback: only its store can take the label.
+    small = fleet[0]    # limits.queue_depth: 1
+    rid = f"{tag}-small"
+    a = post(small.url + "/v1/systemone", choice(f"The queue grows ({rid})."),
+             {"x-request-id": rid})
+    assert a.status == 200 and a.node == small.id, a
+    long = "The build farm is at 97% memory and the queue keeps growing. " * 8
+    fill = [threading.Thread(target=post, args=(small.url + "/v1/systemone",
+                                                choice(f"{long} fill {tag} {i}")))
+            for i in range(2)]
+    for t in fill:
+        t.start()
+    wait_until(lambda: metric(small.metrics(), "tandem_requests_waiting") == 1, 5,
+               f"{small.id}'s queue full")
+    wait_until(lambda: small.url not in front.healthy(), 5,
+               f"{front.name} takes {small.id} out of rotation")
+    fb = feedback(front.url, rid, "stop", small.id)
+    for t in fill:
+        t.join(60)
+    assert fb.status == 200 and fb.node == small.id, fb
+    assert stored(small.store_path, rid)[1] == [("act", '"stop"')]
+
     # A node that is down gets its feedback refused by the front (503, to retry later), not
     # passed on to a node that would answer 404; once it is back (same store file), the
     # label lands.
@@ -697,7 +720,7 @@ def test_feedback_reaches_the_answering_node(front, fleet):
     front.wait_all_healthy()
     fb = feedback(front.url, rid, "reduce", victim.id)
     assert fb.status == 409, fb  # it still holds "stop", committed before the kill
-    assert fb.json()["error"]["type"] == "conflict_error", fb
+    assert fb.json()["error"]["type"] == "conflict", fb
     fb = post(front.url + "/v1/feedback", {"request_id": rid, "gold": {"act": "reduce"},
                                            "replace": True}, {"x-tandem-node": victim.id})
     assert fb.status == 200 and fb.node == victim.id, fb
