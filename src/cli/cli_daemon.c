@@ -37,10 +37,12 @@ int cli_daemon_url(const char *url, const char *config, const char *cmd, char *o
     return 0;
 }
 
-json_t *cli_daemon_call(const char *cmd, const char *base, const char *path, const char *body) {
+json_t *cli_daemon_call(const char *cmd, const char *base, const char *path, const char *body,
+                        const char *const *headers) {
     struct s1client_params p = s1client_default_params();
     p.endpoint = base;
     p.path = path;
+    p.headers = headers;
     p.api_key = getenv("TANDEM_API_KEY");
     p.timeout_ms = 10000;
     struct s1client *c;

@@ -16,9 +16,11 @@
 int cli_daemon_url(const char *url, const char *config, const char *cmd, char *out, size_t cap);
 
 /* One exchange with the daemon at base: GET path when body is NULL, else POST
- * body (JSON text), with $TANDEM_API_KEY as the key. Returns the parsed answer
- * of a 2xx (caller owns), or NULL after printing why ("tandem CMD: ...": the
- * daemon unreachable, or its status and error message). */
-json_t *cli_daemon_call(const char *cmd, const char *base, const char *path, const char *body);
+ * body (JSON text), with $TANDEM_API_KEY as the key and headers (more "Name:
+ * value" lines, NULL-terminated; NULL = none). Returns the parsed answer of a
+ * 2xx (caller owns), or NULL after printing why ("tandem CMD: ...": the daemon
+ * unreachable, or its status and error message). */
+json_t *cli_daemon_call(const char *cmd, const char *base, const char *path, const char *body,
+                        const char *const *headers);
 
 #endif

@@ -24,7 +24,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tandem feedback REQUEST_ID [--url URL | --config FILE] [--replace]\n"
+            "usage: tandem feedback REQUEST_ID [--url URL | --config FILE] [--node ID] [--replace]\n"
             "         (--gold QUESTION=ANSWER ... | --gold-json JSON | --outcome KEY | --outcome-none)\n"
             "\n"
             "Tells the daemon that answered request REQUEST_ID (its x-request-id) how the\n"
@@ -41,16 +41,18 @@ static void usage(FILE *f) {
             "  --replace         change a label given before (else the daemon answers 409)\n"
             "  --url URL         the daemon (default: --config's listen address, else %s)\n"
             "  --config FILE     take the daemon's address from this tandem.yaml\n"
+            "  --node ID         the node that answered (the answer's x-tandem-node), sent as\n"
+            "                    that header: behind a gateway that routes /v1/feedback by it\n"
+            "                    (docs/scale-out.md, Feedback in a fleet), --url is the gateway\n"
             "\n"
-            "The API key, if the daemon wants one, is read from $TANDEM_API_KEY. Behind a\n"
-            "gateway, send feedback to the node the answer named (x-tandem-node).\n"
+            "The API key, if the daemon wants one, is read from $TANDEM_API_KEY.\n"
             "Exit status: 0 the labels were kept, 1 the daemon could not be reached or\n"
             "refused them (the message says why), 2 usage.\n",
             CLI_DAEMON_DEFAULT_URL);
 }
 
 struct feedback_opts {
-    const char *url, *config, *outcome;
+    const char *url, *config, *outcome, *node;
     bool outcome_none, replace;
     json_t *gold; /* owned */
 };
@@ -72,7 +74,8 @@ static bool add_gold(struct feedback_opts *o, const char *arg) {
 
 /* Parses the options. Returns 0, -1 (help shown) or EXIT_USAGE. */
 static int parse(int argc, char **argv, struct feedback_opts *o) {
-    enum { O_GOLD = 256, O_GOLD_JSON, O_OUTCOME, O_OUTCOME_NONE, O_REPLACE, O_URL, O_CONFIG };
+    enum { O_GOLD = 256, O_GOLD_JSON, O_OUTCOME, O_OUTCOME_NONE, O_REPLACE, O_URL, O_CONFIG,
+           O_NODE };
     static const struct option opts[] = {
         {"gold", required_argument, NULL, O_GOLD},
         {"gold-json", required_argument, NULL, O_GOLD_JSON},
@@ -81,6 +84,7 @@ static int parse(int argc, char **argv, struct feedback_opts *o) {
         {"replace", no_argument, NULL, O_REPLACE},
         {"url", required_argument, NULL, O_URL},
         {"config", required_argument, NULL, O_CONFIG},
+        {"node", required_argument, NULL, O_NODE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     int c;
@@ -107,6 +111,7 @@ static int parse(int argc, char **argv, struct feedback_opts *o) {
         case O_REPLACE: o->replace = true; break;
         case O_URL: o->url = optarg; break;
         case O_CONFIG: o->config = optarg; break;
+        case O_NODE: o->node = optarg; break;
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return EXIT_USAGE;
         }
@@ -147,8 +152,12 @@ int cmd_feedback_main(int argc, char **argv, const char *llama_server) {
         json_object_set(body, "gold", o.gold);
     else
         json_object_set_new(body, "outcome", o.outcome ? json_string(o.outcome) : json_null());
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_t *answer = text ? cli_daemon_call("feedback", base, "/v1/feedback", text) : NULL;
+    char *text = json_dumps(body, JSON_COMPACT), node[200];
+    snprintf(node, sizeof node, "x-tandem-node: %s", o.node ? o.node : "");
+    const char *const headers[] = {node, NULL};
+    json_t *answer = text ? cli_daemon_call("feedback", base, "/v1/feedback", text,
+                                            o.node ? headers : NULL)
+                          : NULL;
     if (answer) {
         printf("%s:\n", argv[optind]);
         print_list("labelled", json_object_get(answer, "labelled"));

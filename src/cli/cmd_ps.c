@@ -190,7 +190,7 @@ static void print_table(const json_t *status) {
 }
 
 static int show(const struct ps_opts *o, const char *base) {
-    json_t *status = cli_daemon_call("ps", base, "/v1/status", NULL);
+    json_t *status = cli_daemon_call("ps", base, "/v1/status", NULL, NULL);
     if (!status)
         return EXIT_FAILED;
     if (o->json) {
@@ -284,7 +284,7 @@ static int admin(int argc, char **argv, const char *cmd) {
     if ((rc = cli_daemon_url(o.url, o.config, cmd, base, sizeof base)))
         return rc;
     snprintf(path, sizeof path, "/admin/models/%s/%s", name, cmd);
-    json_t *answer = cli_daemon_call(cmd, base, path, "");
+    json_t *answer = cli_daemon_call(cmd, base, path, "", NULL);
     if (!answer)
         return EXIT_FAILED;
     printf("%s: %s\n", name, json_string_value(json_object_get(answer, "state")));

@@ -628,7 +628,7 @@ def feedback(url, rid, answer, node=None):
 
 
 @pytest.mark.parametrize("front", ("envoy", "haproxy"), indirect=True)
-def test_feedback_reaches_the_answering_node(front, fleet):
+def test_feedback_reaches_the_answering_node(front, fleet, tandem_bin):
     tag = f"feedback-{front.name}-{uuid.uuid4().hex[:6]}"
     load = Load(front.url, count=12, threads=3, tag=tag)
     answers = load.wait()
@@ -672,6 +672,14 @@ def test_feedback_reaches_the_answering_node(front, fleet):
         body = fb.json()
         assert body["request_id"] == rid
         assert body["labelled"] + body["unchanged"] == ["act"], body
+
+    # `tandem feedback --node` sends the header too: through the gateway, to the same node.
+    a = answers[-1]
+    done = subprocess.run([str(tandem_bin), "feedback", a.headers["x-request-id"], "--url",
+                           front.url, "--node", a.node, "--gold", "act=stop"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "unchanged act" in " ".join(done.stdout.split()), done.stdout
 
     # Each label is in the store of the node that answered, and in no other.
     for a in answers:
