@@ -42,9 +42,9 @@ json_t *store_feedback_parse(const char *text, size_t len, char *param, size_t p
     json_object_foreach(fb, key, v) {
         if (strcmp(key, "request_id") && strcmp(key, "gold") && strcmp(key, "outcome") &&
             strcmp(key, "replace")) {
-            field = key;
-            snprintf(err, errlen, "%.64s: unknown field (expected request_id, gold, outcome, "
-                                  "replace)", key);
+            field = *key ? key : "body"; /* "" cannot name a field of its own */
+            snprintf(err, errlen, "%s: unknown field \"%.64s\" (expected request_id, gold, "
+                                  "outcome, replace)", field, key);
             goto fail;
         }
     }
