@@ -152,6 +152,10 @@ FUZZ_LIB_OBJ = $(filter-out $(BUILD)/fuzz/obj/cli/%,$(SRC:src/%.c=$(BUILD)/fuzz/
 FUZZ_LEN_gguf := 262144
 FUZZ_LEN_http := 16384
 FUZZ_KEEP_LEN_gguf := 65536
+# The config target's sanitizer settings: LeakSanitizer's suppressions (a leak inside libfyaml,
+# tests/fuzz/lsan.supp), matched on whole allocation stacks (the fast unwinder stops at a
+# library built without frame pointers; the slow one costs executions, so only here).
+FUZZ_ENV_config := ASAN_OPTIONS=fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp
 fuzz_len = $(or $(FUZZ_LEN_$(1)),65536)
 fuzz_keep_len = $(or $(FUZZ_KEEP_LEN_$(1)),$(call fuzz_len,$(1)))
 
@@ -161,7 +165,7 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
 # $(call fuzz_run,NAME): one campaign
 define fuzz_run
 	@mkdir -p $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1)
-	$(BUILD)/fuzz/fuzz_$(1) -max_total_time=$(FUZZ_SECONDS) -max_len=$(call fuzz_len,$(1)) -timeout=10 \
+	$(FUZZ_ENV_$(1)) $(BUILD)/fuzz/fuzz_$(1) -max_total_time=$(FUZZ_SECONDS) -max_len=$(call fuzz_len,$(1)) -timeout=10 \
 	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/crashes/$(1)- \
 	  $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1) $(BUILD)/fuzz/seeds/$(1)
 
@@ -171,7 +175,7 @@ endef
 # build/fuzz/logs/NAME.log; one line says how it went, a failure shows the log's end
 define fuzz_quick_run
 	@mkdir -p $(BUILD)/fuzz/corpus/$(1) $(BUILD)/fuzz/logs
-	@$(BUILD)/fuzz/fuzz_$(1) -max_total_time=$(FUZZ_QUICK_SECONDS) -max_len=$(call fuzz_len,$(1)) -timeout=10 -rss_limit_mb=4096 -artifact_prefix=$(BUILD)/fuzz/crashes/$(1)- $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1) $(BUILD)/fuzz/seeds/$(1) > $(BUILD)/fuzz/logs/$(1).log 2>&1 || { tail -n 40 $(BUILD)/fuzz/logs/$(1).log; echo "fuzz-quick: $(1) failed: $(BUILD)/fuzz/logs/$(1).log; the input is in $(BUILD)/fuzz/crashes/" >&2; exit 1; }
+	@$(FUZZ_ENV_$(1)) $(BUILD)/fuzz/fuzz_$(1) -max_total_time=$(FUZZ_QUICK_SECONDS) -max_len=$(call fuzz_len,$(1)) -timeout=10 -rss_limit_mb=4096 -artifact_prefix=$(BUILD)/fuzz/crashes/$(1)- $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1) $(BUILD)/fuzz/seeds/$(1) > $(BUILD)/fuzz/logs/$(1).log 2>&1 || { tail -n 40 $(BUILD)/fuzz/logs/$(1).log; echo "fuzz-quick: $(1) failed: $(BUILD)/fuzz/logs/$(1).log; the input is in $(BUILD)/fuzz/crashes/" >&2; exit 1; }
 	@echo "fuzz-quick: $(1): $$(grep -o 'Done [0-9]* runs' $(BUILD)/fuzz/logs/$(1).log) in $(FUZZ_QUICK_SECONDS) s, no failure"
 
 endef
@@ -184,7 +188,7 @@ fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%) venv
 # $(call fuzz_merge,NAME): the smallest set of inputs with the coverage of all
 define fuzz_merge
 	@rm -rf $(BUILD)/fuzz/merged/$(1) && mkdir -p $(BUILD)/fuzz/merged/$(1) $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1)
-	$(BUILD)/fuzz/fuzz_$(1) -merge=1 -max_len=$(call fuzz_keep_len,$(1)) -timeout=10 -rss_limit_mb=4096 \
+	$(FUZZ_ENV_$(1)) $(BUILD)/fuzz/fuzz_$(1) -merge=1 -max_len=$(call fuzz_keep_len,$(1)) -timeout=10 -rss_limit_mb=4096 \
 	  $(BUILD)/fuzz/merged/$(1) tests/fuzz/corpus/$(1) $(BUILD)/fuzz/corpus/$(1) $(BUILD)/fuzz/seeds/$(1)
 	@rm -rf tests/fuzz/corpus/$(1) && mv $(BUILD)/fuzz/merged/$(1) tests/fuzz/corpus/$(1)
 	@echo "fuzz-merge: tests/fuzz/corpus/$(1): $$(ls tests/fuzz/corpus/$(1) | wc -l) files, $$(du -sb tests/fuzz/corpus/$(1) | cut -f1) bytes"

@@ -100,13 +100,14 @@ json_t *store_feedback_parse(const char *text, size_t len, char *param, size_t p
 /* Queues feedback fb (stolen; as store_feedback_parse returned it): the
  * writer validates it against the stored request and keeps its labels, then
  * fn(user, status, body) runs on the loop, after the labels are committed
- * (200), or with the refusal (404, 409, 422, 503). Returns TANDEM_ERR_NOMEM,
- * or TANDEM_ERR_BUSY when s is NULL, TANDEM_ERR_CANCELLED when it is stopping (fn is never called
- * then). */
+ * (200), or with the refusal (404, 409, 422, 503). Returns TANDEM_OK;
+ * TANDEM_ERR_NOMEM, TANDEM_ERR_INVAL when s is NULL, or TANDEM_ERR_CANCELLED
+ * when the store is stopping: fn is never called then. */
 tandem_err store_feedback(struct store *s, json_t *fb, store_reply_fn fn, void *user);
 
 /* Queues a quality report over the requests answered in the last since_ms ms
- * (docs/serve.md, "Live quality"); fn gets 200 and the report, or 503. */
+ * (docs/serve.md, "Live quality"); fn gets 200 and the report, or 503. Returns
+ * as store_feedback. */
 tandem_err store_quality(struct store *s, int64_t since_ms, store_reply_fn fn, void *user);
 
 /* The replies queued for user will not be delivered (its caller is gone). */

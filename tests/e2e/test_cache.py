@@ -730,7 +730,10 @@ def test_the_cap_holds_under_a_flood_and_evicts_least_recently_used(serve_factor
     # under `make asan`, freed memory waits in ASan's quarantine (256 MiB by default) and
     # would count as held: keep it small for this daemon (test_security_limits does too)
     asan = os.environ.get("ASAN_OPTIONS")
+    # the request store is off: SQLite's page cache (up to 2 MiB as it fills) is not the
+    # decision cache's and would blur its measure
     s = serve_factory(f"limits:\n  request_timeout: {TIMEOUT}s\ncache:\n  max_bytes: 64KiB\n"
+                      f"store:\n  path: \"off\"\n"
                       f"models:\n  laya:\n    path: {fixture_path('laya-tiny.gguf')}\n"
                       + LAYA_KEYS, env={"ASAN_OPTIONS": asan + ":quarantine_size_mb=1"}
                       if asan else None)
