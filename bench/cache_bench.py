@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import serve_bench  # noqa: E402
 from determinism_bench import answers_bytes  # noqa: E402
 from mdsection import replace_section  # noqa: E402
-from procs import cmdline, descendants  # noqa: E402
+from procs import cmdline, cpu_seconds, descendants  # noqa: E402
 from serve_bench import (ENGINE, FIXTURES, FOREIGN_MAX, QUIET, Cleanup, Conn, Engine,  # noqa: E402
                          Sampler, cpu_model, engine_version, get_json, get_text, log, med, pct,
                          start_serve, status_models, wait_quiet)
@@ -111,18 +111,6 @@ class HConn(Conn):
 
     def header(self, name):
         return self.last.getheader(name) if getattr(self, "last", None) else None
-
-
-def cpu_seconds(pids):
-    """utime + stime of the processes pids (their threads included), in seconds."""
-    ticks = 0
-    for p in pids:
-        try:
-            st = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks += int(st[11]) + int(st[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 class Target:

@@ -5,6 +5,18 @@ import time
 from pathlib import Path
 
 
+def cpu_seconds(pids):
+    """utime + stime of the processes pids (their threads included), in seconds."""
+    ticks = 0
+    for p in pids:
+        try:
+            st = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(st[11]) + int(st[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def descendants(pid):
     """Every live process below pid, from /proc (ppid links)."""
     children = {}

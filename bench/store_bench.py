@@ -64,7 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 import serve_bench  # noqa: E402
 from mdsection import replace_section  # noqa: E402
-from procs import cmdline, descendants, tcp_argv  # noqa: E402
+from procs import cmdline, cpu_seconds, descendants, tcp_argv  # noqa: E402
 from serve_bench import (ENGINE, FIXTURES, FOREIGN_MAX, QUIET, Cleanup, Conn, Engine,  # noqa: E402
                          Sampler, cpu_model, engine_version, get_json, log, med, pct,
                          start_serve, status_models, wait_quiet)
@@ -85,18 +85,6 @@ WARM = 200  # part 2's untimed warm-up feedbacks
 
 def yes(ok):
     return "**PASS**" if ok else "**FAIL**"
-
-
-def cpu_seconds(pids):
-    """utime + stime of the processes pids (their threads included), in seconds."""
-    ticks = 0
-    for p in pids:
-        try:
-            st = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks += int(st[11]) + int(st[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_ns(pid):

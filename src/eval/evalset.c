@@ -17,7 +17,6 @@
 #include "eval/evalset.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

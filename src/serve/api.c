@@ -79,7 +79,6 @@ static void free_call(struct api_call *c) {
     json_decref(c->request);
     mem_free(c->body);
     mem_free(c->response_copy);
-    mem_free(c->answer_copy);
     mem_free(c);
 }
 
@@ -230,7 +229,6 @@ void api_call_finish(struct api_call *c, int status, const char *error) {
     if (c->job)
         sched_job_timing(c->job, &c->timing);
     audit_call(c, status, error);
-    api_store_answer(c, status);
     publish_request(c, status);
     count_call(c, status);
     pipeline_run_cancel(c->run);

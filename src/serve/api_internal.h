@@ -117,8 +117,6 @@ struct api_call {
     struct dcache_ticket *ticket; /* its part in a decision-cache flight, or NULL */
     struct event *relook_ev; /* looks up again on the loop's next turn: the identical
                               * request it waited for went away without an answer */
-    char *answer_copy;   /* a decision's 200 answer, for the request store (api_outcomes.c) */
-    size_t answer_len;
     bool store_wait;     /* waits for the store's reply (feedback, quality) */
     const char *cache;   /* what the decision cache did: "hit", "miss", "coalesced",
                           * "bypass", "partial" (a pipeline), or NULL (not cached) */
@@ -214,13 +212,10 @@ void api_proxy_pipeline(struct api_call *c);
 
 /* --- api_outcomes.c: the request store's records and routes ---------------------------- */
 
-/* Keeps a copy of text[len], c's 200 answer, for the store (when there is one and the
- * request does not say no-store). Call it before the answer is sent: the request's
+/* Hands c's request and text[len], its 200 answer, to the store (when there is one and
+ * the request does not say no-store). Call it before the answer is sent: the request's
  * headers are gone after. */
-void api_keep_answer(struct api_call *c, const char *text, size_t len);
-
-/* Hands c's answer kept by api_keep_answer to the store when status is 200. */
-void api_store_answer(struct api_call *c, int status);
+void api_store_answer(struct api_call *c, const char *text, size_t len);
 
 /* POST /v1/feedback and GET /v1/quality: answered when the store replies. Ends the call. */
 void api_feedback(struct api_call *c);

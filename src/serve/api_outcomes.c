@@ -1,8 +1,8 @@
 /* api_outcomes.c: the api's side of the request store (serve/store).
  *
- * An answered decision's texts are kept on its call (api_keep_answer) and
- * handed to the store when the call ends with 200 (api_store_answer): the
- * store copies them and writes them on its own thread. POST /v1/feedback
+ * An answered decision's request and 200 answer are handed to the store just
+ * before the answer is sent (api_store_answer): the store copies them and
+ * writes them on its own thread. POST /v1/feedback
  * checks the body's shape here and waits for the store's verdict; GET
  * /v1/quality asks the store for a report. The quality series on /metrics are
  * a report over store.quality_window, asked for every QUALITY_REFRESH_MS while
@@ -15,7 +15,6 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
-#include "base/mem.h"
 #include "base/units.h"
 #include "serve/config.h"
 #include "serve/http.h"
@@ -34,20 +33,10 @@ static uint64_t store_counter(const struct store_stats *st, size_t k) {
 
 /* --- records -------------------------------------------------------------------------------- */
 
-void api_keep_answer(struct api_call *c, const char *text, size_t len) {
-    if (!c->api->p.store || c->answer_copy || api_call_directive(c, "no-store"))
-        return; /* no-store: nothing of the request is kept (the measuring commands send it) */
-    if ((c->answer_copy = mem_alloc(len + 1))) {
-        memcpy(c->answer_copy, text, len);
-        c->answer_copy[len] = '\0';
-        c->answer_len = len;
-    }
-}
-
-void api_store_answer(struct api_call *c, int status) {
+void api_store_answer(struct api_call *c, const char *text, size_t len) {
     struct api *a = c->api;
-    if (!a->p.store || status != 200 || !c->answer_copy || !c->body)
-        return;
+    if (!a->p.store || !c->body || api_call_directive(c, "no-store"))
+        return; /* no-store: nothing of the request is kept (the measuring commands send it) */
     bool local_model = c->model && !c->pipeline[0];
     struct store_answer sa = {.request_id = c->id,
                               .model = local_model ? c->model->cm->name : NULL,
@@ -56,7 +45,7 @@ void api_store_answer(struct api_call *c, int status) {
                                           ? c->model->cm->path : NULL,
                               .pipeline = c->pipeline[0] ? c->pipeline : NULL,
                               .request = c->body, .request_len = c->body_len,
-                              .answer = c->answer_copy, .answer_len = c->answer_len};
+                              .answer = text, .answer_len = len};
     store_record(a->p.store, &sa);
 }
 

@@ -125,7 +125,7 @@ static void reply_engine_200(struct api_call *c, const char *text, size_t len, c
     if (c->api->p.cfg->log_bodies)
         c->response_copy = mem_strndup(text, len < API_AUDIT_BODY_MAX ? len : API_AUDIT_BODY_MAX);
     if (c->route == API_ROUTE_SYSTEMONE)
-        api_keep_answer(c, text, len);
+        api_store_answer(c, text, len);
     api_call_add_headers(c);
     http_req_reply(c->r, 200, "application/json", out, out_len);
     c->answered = true;
@@ -347,7 +347,7 @@ static void on_remote_done(void *user, const struct remote_result *res) {
         c->response_copy = mem_strndup(res->body, res->len < API_AUDIT_BODY_MAX ? res->len
                                                                           : API_AUDIT_BODY_MAX);
     if (res->status == 200 && c->route == API_ROUTE_SYSTEMONE)
-        api_keep_answer(c, res->body, res->len);
+        api_store_answer(c, res->body, res->len);
     char attempts[16];
     snprintf(attempts, sizeof attempts, "%u", res->attempts);
     api_call_add_headers(c);
@@ -581,7 +581,7 @@ static void on_pipeline_done(void *user, struct pipeline_outcome *o) {
     if (o->status == 200 && c->api->p.store) {
         char *text = json_dumps(o->body, JSON_COMPACT | JSON_PRESERVE_ORDER);
         if (text)
-            api_keep_answer(c, text, strlen(text));
+            api_store_answer(c, text, strlen(text));
         free(text);
     }
     api_call_reply_json(c, o->status, o->body);

@@ -57,8 +57,7 @@ def questions(prefix):
             f"{prefix}_n": {"type": "noul", "instructions": "Is the parcel lost?"}}
 
 
-PIPELINES = """pipelines:
-  ops:
+PIPELINE = """  {name}:
     decide:
       model: kev
       instructions: Which response should the operator take now?
@@ -67,41 +66,16 @@ PIPELINES = """pipelines:
         questions:
           consistent:
             type: noul
-            instructions: Is "{{candidates[decide.choice]}}" consistent with the situation?
+            instructions: Is "{{{{candidates[decide.choice]}}}}" consistent with the situation?
     verdict:
       thresholds:
         consistent: ">= 0"
-      on_reject: reject
-  mix:
-    decide:
-      model: kev
-      instructions: Which response should the operator take now?
-    verify:
-      - model: laya
-        questions:
-          consistent:
-            type: noul
-            instructions: Is "{{candidates[decide.choice]}}" consistent with the situation?
-    verdict:
-      thresholds:
-        consistent: ">= 0"
-      on_reject: reject
-  esc:
-    decide:
-      model: kev
-      instructions: Which response should the operator take now?
-    verify:
-      - model: laya
-        questions:
-          consistent:
-            type: noul
-            instructions: Is "{{candidates[decide.choice]}}" consistent with the situation?
-    verdict:
-      thresholds:
-        consistent: ">= 0"
-      on_reject: escalate
-      escalate: {model: kev}
+      on_reject: {on_reject}
 """
+# three pipelines alike but for what a rejection does (ops and mix apart: their quality is too)
+PIPELINES = "pipelines:\n" + "".join(
+    PIPELINE.format(name=name, on_reject=on_reject) for name, on_reject in
+    (("ops", "reject"), ("mix", "reject"), ("esc", "escalate\n      escalate: {model: kev}")))
 
 
 def config(store, bodies=False, retention=None, laya=True, pipelines=True):

@@ -179,6 +179,20 @@ def test_sigterm_drains_without_client_errors(front, fleet):
 
 # --- 4. full queue, and 504 is final -------------------------------------------------------
 
+def fill_queue(small, tag):
+    """Fills node small's queue (limits.queue_depth: 1) from outside any gateway: one long
+    request running, one waiting. Returns the two client threads (join them)."""
+    long = "The build farm is at 97% memory and the queue keeps growing. " * 8
+    fill = [threading.Thread(target=post, args=(small.url + "/v1/systemone",
+                                                choice(f"{long} fill {tag} {i}")))
+            for i in range(2)]
+    for t in fill:
+        t.start()
+    wait_until(lambda: metric(small.metrics(), "tandem_requests_waiting") == 1, 5,
+               f"{small.id}'s queue full")
+    return fill
+
+
 @pytest.mark.parametrize("front", FRONTS, indirect=True)
 def test_full_queue_spills_to_other_nodes(front, fleet):
     small = fleet[0]    # limits.queue_depth: 1
@@ -193,14 +207,7 @@ def test_full_queue_spills_to_other_nodes(front, fleet):
         # gateway): one long request running, one waiting. The front sees the node idle and
         # sends it requests until its next health check (/health is 503 while the queue is
         # full): each gets 429 and must be retried on another node.
-        long = "The build farm is at 97% memory and the queue keeps growing. " * 8
-        fill = [threading.Thread(target=post, args=(small.url + "/v1/systemone",
-                                                    choice(f"{long} fill {front.name} {i}")))
-                for i in range(2)]
-        for t in fill:
-            t.start()
-        wait_until(lambda: metric(small.metrics(), "tandem_requests_waiting") == 1, 5,
-                   f"{small.id}'s queue full")
+        fill = fill_queue(small, front.name)
     load = Load(front.url, count=32, threads=8, tag=f"queue-{front.name}")
     answers = load.wait()
     for t in fill:
@@ -699,14 +706,7 @@ def test_feedback_reaches_the_answering_node(front, fleet, tandem_bin):
     a = post(small.url + "/v1/systemone", choice(f"The queue grows ({rid})."),
              {"x-request-id": rid})
     assert a.status == 200 and a.node == small.id, a
-    long = "The build farm is at 97% memory and the queue keeps growing. " * 8
-    fill = [threading.Thread(target=post, args=(small.url + "/v1/systemone",
-                                                choice(f"{long} fill {tag} {i}")))
-            for i in range(2)]
-    for t in fill:
-        t.start()
-    wait_until(lambda: metric(small.metrics(), "tandem_requests_waiting") == 1, 5,
-               f"{small.id}'s queue full")
+    fill = fill_queue(small, tag)
     wait_until(lambda: small.url not in front.healthy(), 5,
                f"{front.name} takes {small.id} out of rotation")
     fb = feedback(front.url, rid, "stop", small.id)
